@@ -1,0 +1,101 @@
+# upgrade-repo: the developer interface. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BIN       ?= bin
+BINARY    := $(BIN)/upgrade-repo
+PKGS      ?= ./...
+# Tool versions are pinned here; tools install from the Go module proxy into $(BIN).
+GOLANGCI_VERSION ?= v2.6.2
+TESTFLAGS ?=
+FUZZTIME  ?= 10m
+# Where `make run` keeps its demo release ISO.
+DEMO_ISO  ?= .cache/demo/release.iso
+LISTEN    ?= 127.0.0.1:8080
+IMAGE     ?= upgrade-repo:dev
+
+export CGO_ENABLED ?= 0
+
+##@ General
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the system packages tests and benchmarks use (xorriso, containerd, nginx, zstd).
+	@bash hack/deps.sh
+
+##@ Build
+
+.PHONY: build
+build: ## Build the static upgrade-repo binary into bin/.
+	$(GO) build -trimpath -ldflags '-s -w' -o $(BINARY) ./cmd/upgrade-repo
+
+.PHONY: run
+run: build deps ## Build a demo release ISO (once) and serve it on 127.0.0.1:8080.
+	@bash hack/run.sh $(BINARY) $(DEMO_ISO) $(LISTEN)
+
+.PHONY: generate
+generate: ## Regenerate deepcopy, CRDs and RBAC (controller-gen) and the chart README.
+	@bash hack/generate.sh
+
+.PHONY: image
+image: ## Build the container image FROM scratch (needs a docker engine).
+	@bash hack/image.sh $(IMAGE)
+
+##@ Test
+
+.PHONY: test
+test: deps ## Run every unit and integration test (real xorriso, containerd, memberlist).
+	$(GO) test $(TESTFLAGS) -timeout 15m $(PKGS)
+	@bash hack/verify.sh
+
+.PHONY: test-long
+test-long: deps ## Also run the slow tests (a file over 4 GiB inside an ISO).
+	UPGRADE_REPO_LONG=1 $(GO) test $(TESTFLAGS) -timeout 60m $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt, go vet and golangci-lint.
+	@bash hack/lint.sh $(GOLANGCI_VERSION)
+
+.PHONY: verify
+verify: ## Check generated files are up to date and the chart lints and renders.
+	@bash hack/verify.sh
+
+.PHONY: fuzz
+fuzz: deps ## Fuzz the ISO reader for FUZZTIME (default 10m).
+	$(GO) test ./iso -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
+
+.PHONY: e2e
+e2e: ## Run the end-to-end test on a kind cluster (KIND_NODE_IMAGE picks the node image).
+	@bash hack/e2e.sh
+
+##@ Benchmarks
+
+.PHONY: bench-iso
+bench-iso: deps ## Benchmark opening and reading ISO images.
+	$(GO) test ./iso -run '^$$' -bench . -benchmem -count 1
+
+.PHONY: bench-serve
+bench-serve: build deps ## upgrade-repo against nginx: throughput, requests/s, CPU, RSS.
+	@bash hack/bench-serve.sh
+
+.PHONY: bench-preload
+bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images import`.
+	@bash hack/bench-preload.sh
+
+.PHONY: bench-distribute
+bench-distribute: build deps ## Five agents sharing an ISO against five lone downloads.
+	@bash hack/bench-distribute.sh
+
+##@ Housekeeping
+
+.PHONY: clean
+clean: ## Remove build output and the demo ISO.
+	rm -rf $(BIN) .cache

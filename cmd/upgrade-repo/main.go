@@ -1,0 +1,108 @@
+// Command upgrade-repo serves a release ISO to a Kubernetes cluster, shares it and its images
+// between nodes, preloads the images into each node's containerd and sequences the upgrade.
+//
+// main only wires: it builds the process context and the logger, picks the subcommand and turns
+// its error into an exit status. Each subcommand lives in a file of its own.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// app carries what every subcommand shares: the standard streams and the process logger.
+type app struct {
+	stdout io.Writer
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+// command is one subcommand: its one-line summary and its entry point.
+type command struct {
+	summary string
+	run     func(ctx context.Context, a *app, args []string) error
+}
+
+// commands lists the subcommands; each one's run function lives in a file named after it.
+func commands() map[string]command {
+	return map[string]command{
+		"iso":       {"inspect an ISO image without mounting it (ls, stat, cat, info, extract, verify)", runISO},
+		"serve":     {"serve one release ISO over HTTP", runServe},
+		"release":   {"build release ISOs (release pack)", runRelease},
+		"preload":   {"import a release's images into containerd", runPreload},
+		"agent":     {"the per-node agent: acquire, serve, share and preload the release", runAgent},
+		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
+		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
+		"version":   {"print the version of this binary", runVersion},
+	}
+}
+
+// errUsage marks an error caused by how the command was invoked; main exits 2 for it.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "upgrade-repo: %v\n", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run dispatches to the subcommand named by args[0].
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
+		if len(args) == 0 {
+			return fmt.Errorf("%w: a subcommand is required", errUsage)
+		}
+		return nil
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		usage(stderr, cmds)
+		return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
+	}
+	a := &app{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
+	return c.run(ctx, a, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: upgrade-repo <subcommand> [flags]")
+	fmt.Fprintln(w)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}
+
+// newLogger builds the one structured logger of the process. UPGRADE_REPO_LOG_LEVEL (debug, info,
+// warn, error) and UPGRADE_REPO_LOG_FORMAT (text, json) are read here and nowhere else.
+func newLogger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv("UPGRADE_REPO_LOG_LEVEL"))); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(os.Getenv("UPGRADE_REPO_LOG_FORMAT"), "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
