@@ -1,0 +1,424 @@
+package pack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/klauspost/compress/zstd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/upgrade-repo/upgrade-repo/release"
+)
+
+// Result describes what BuildTree and Build wrote.
+type Result struct {
+	// Version is the release's Harvester version.
+	Version string
+	// VolumeID is the volume identifier the ISO got (Build only).
+	VolumeID string
+	// Archives are the archives written, in Spec order.
+	Archives []BuiltArchive
+	// Files are the paths of every file written, in fs.FS form, sorted.
+	Files []string
+}
+
+// BuiltArchive is one archive written and what it holds.
+type BuiltArchive struct {
+	// Group is the bundle group of the archive.
+	Group string
+	// Archive and List are the paths of the archive and its image list (fs.FS form).
+	Archive, List string
+	// Size is the size of the compressed archive in bytes.
+	Size int64
+	// Images are the archive's images, by normalised reference, sorted.
+	Images []BuiltImage
+}
+
+// BuiltImage is one image of an archive.
+type BuiltImage struct {
+	// Ref is the normalised reference, as containerd names the image.
+	Ref string
+	// ConfigDigest is the image ID (the digest of its config).
+	ConfigDigest string
+	// ManifestDigest is the digest of the image's manifest.
+	ManifestDigest string
+	// Layers are the digests of the image's layers, in order.
+	Layers []string
+}
+
+// Refs returns the references of the archive's images.
+func (a BuiltArchive) Refs() []string {
+	out := make([]string, len(a.Images))
+	for i, im := range a.Images {
+		out[i] = im.Ref
+	}
+	return out
+}
+
+// BuildTree writes the release described by spec into dir, which must exist and should be empty.
+func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{Version: spec.version()}
+	w := treeWriter{dir: dir, res: res}
+
+	if !spec.NoRelease {
+		rel := spec.Release
+		if rel == nil {
+			rel = defaultRelease(spec.version())
+		}
+		data, err := yaml.Marshal(rel)
+		if err != nil {
+			return nil, fmt.Errorf("write %s: %w", release.ReleaseFile, err)
+		}
+		if err := w.write(release.ReleaseFile, bytes.NewReader(data)); err != nil {
+			return nil, err
+		}
+	}
+
+	layers := map[string]*synthLayer{}
+	for name, size := range spec.SharedLayers {
+		l, err := newSynthLayer(spec.Seed, "shared:"+name, int64(size))
+		if err != nil {
+			return nil, err
+		}
+		layers[name] = l
+	}
+	meta := map[string][]map[string]string{}
+	var all []string
+	for i, a := range spec.Archives {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ba, err := w.archive(spec, i, a, layers)
+		if err != nil {
+			return nil, err
+		}
+		res.Archives = append(res.Archives, *ba)
+		meta[a.Group] = append(meta[a.Group], map[string]string{
+			"list":    strings.TrimPrefix(ba.List, release.BundleDir),
+			"archive": strings.TrimPrefix(ba.Archive, release.BundleDir),
+		})
+		all = append(all, ba.Refs()...)
+	}
+	if len(spec.Archives) > 0 {
+		sort.Strings(all)
+		all = compactStrings(all)
+		listAll := path.Join(release.BundleDir, "harvester", "images-lists-archive", spec.version(), "image_list_all.txt")
+		if err := w.write(listAll, strings.NewReader(strings.Join(all, "\n")+"\n")); err != nil {
+			return nil, err
+		}
+	}
+	if !spec.NoBundle {
+		data, err := yaml.Marshal(map[string]any{"images": meta})
+		if err != nil {
+			return nil, fmt.Errorf("write %s: %w", release.BundleFile, err)
+		}
+		if err := w.write(release.BundleFile, bytes.NewReader(data)); err != nil {
+			return nil, err
+		}
+	}
+	for i, f := range spec.Files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p := path.Clean(strings.TrimPrefix(f.Path, "/"))
+		var r io.Reader
+		if f.Source != "" {
+			src, err := os.Open(f.Source)
+			if err != nil {
+				return nil, fmt.Errorf("spec files[%d]: %w", i, err)
+			}
+			defer src.Close()
+			r = src
+		} else {
+			r = randomReader(spec.Seed, p, int64(f.Size))
+		}
+		if err := w.write(p, r); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(res.Files)
+	return res, nil
+}
+
+func compactStrings(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+type treeWriter struct {
+	dir string
+	res *Result
+}
+
+// create opens the file of fs.FS path p in the tree for writing.
+func (w treeWriter) create(p string) (*os.File, error) {
+	full := filepath.Join(w.dir, filepath.FromSlash(p))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return nil, fmt.Errorf("write %s: %w", p, err)
+	}
+	f, err := os.Create(full)
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", p, err)
+	}
+	w.res.Files = append(w.res.Files, p)
+	return f, nil
+}
+
+func (w treeWriter) write(p string, r io.Reader) error {
+	f, err := w.create(p)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if _, err := io.Copy(bw, r); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
+
+// archive writes one docker-save archive, zstd-compressed, and its image list.
+func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*synthLayer) (*BuiltArchive, error) {
+	where := fmt.Sprintf("archive %s", a.archivePath())
+	refs := map[name.Reference]v1.Image{}
+	norms := map[name.Reference]string{}
+	for j, im := range a.Images {
+		norm, err := release.NormalizeRef(im.Ref)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		ref, err := name.ParseReference(norm, name.StrictValidation)
+		if err != nil {
+			return nil, fmt.Errorf("%s: image %q: %w", where, im.Ref, err)
+		}
+		var ls []v1.Layer
+		for _, sh := range im.Shared {
+			ls = append(ls, shared[sh])
+		}
+		for k, size := range im.Layers {
+			l, err := newSynthLayer(spec.Seed, fmt.Sprintf("%d/%d/%s/%d", idx, j, norm, k), int64(size))
+			if err != nil {
+				return nil, err
+			}
+			ls = append(ls, l)
+		}
+		img, err := syntheticImage(ls)
+		if err != nil {
+			return nil, fmt.Errorf("%s: image %q: %w", where, im.Ref, err)
+		}
+		refs[ref] = img
+		norms[ref] = norm
+	}
+	for _, tb := range a.Tarballs {
+		if err := addTarball(refs, norms, tb); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%s: %w", where, errNoImages)
+	}
+
+	ba := &BuiltArchive{Group: a.Group, Archive: a.archivePath(), List: a.listPath()}
+	for ref, img := range refs {
+		bi := BuiltImage{Ref: norms[ref]}
+		cfg, err := img.ConfigName()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		dig, err := img.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		bi.ConfigDigest, bi.ManifestDigest = cfg.String(), dig.String()
+		ls, err := img.Layers()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		for _, l := range ls {
+			d, err := l.Digest()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+			bi.Layers = append(bi.Layers, d.String())
+		}
+		ba.Images = append(ba.Images, bi)
+	}
+	sort.Slice(ba.Images, func(i, j int) bool { return ba.Images[i].Ref < ba.Images[j].Ref })
+
+	f, err := w.create(ba.Archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	zw, err := zstd.NewWriter(bw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := tarball.MultiRefWrite(refs, zw); err != nil {
+		zw.Close()
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	ba.Size = fi.Size()
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := w.write(ba.List, strings.NewReader(strings.Join(ba.Refs(), "\n")+"\n")); err != nil {
+		return nil, err
+	}
+	return ba, nil
+}
+
+// syntheticImage makes a linux/amd64 image of the layers.
+func syntheticImage(ls []v1.Layer) (v1.Image, error) {
+	img, err := mutate.AppendLayers(empty.Image, ls...)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Cmd = []string{"/bin/true"}
+	return mutate.ConfigFile(img, cf)
+}
+
+// addTarball adds every tagged image of a docker-save tarball to refs.
+func addTarball(refs map[name.Reference]v1.Image, norms map[name.Reference]string, p string) error {
+	opener := func() (io.ReadCloser, error) { return os.Open(p) }
+	m, err := tarball.LoadManifest(opener)
+	if err != nil {
+		return fmt.Errorf("tarball %s: %w", p, err)
+	}
+	n := 0
+	for _, d := range m {
+		for _, tag := range d.RepoTags {
+			norm, err := release.NormalizeRef(tag)
+			if err != nil {
+				return fmt.Errorf("tarball %s: %w", p, err)
+			}
+			t, err := name.NewTag(norm, name.StrictValidation)
+			if err != nil {
+				return fmt.Errorf("tarball %s: tag %q: %w", p, tag, err)
+			}
+			img, err := tarball.Image(opener, &t)
+			if err != nil {
+				return fmt.Errorf("tarball %s: image %s: %w", p, tag, err)
+			}
+			refs[t] = img
+			norms[t] = norm
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("tarball %s: no tagged image", p)
+	}
+	return nil
+}
+
+// defaultRelease is a plausible harvester-release.yaml for version.
+func defaultRelease(version string) *release.Release {
+	chart := strings.TrimPrefix(version, "v")
+	return &release.Release{
+		Harvester:            version,
+		HarvesterChart:       chart,
+		Installer:            "0f5c7a2d",
+		OS:                   "Harvester " + version,
+		Kubernetes:           "v1.32.7+rke2r1",
+		Rancher:              "v2.11.3",
+		MonitoringChart:      "105.1.2+up61.3.2",
+		LoggingChart:         "105.2.0+up4.10.0",
+		Kubevirt:             "1.4.1-150600.5.21.2",
+		MinUpgradableVersion: "v1.4.2",
+		RancherDependencies: map[string]release.Dependency{
+			"fleet":                     {Chart: "106.1.1+up0.12.4", App: "0.12.4"},
+			"rancher-webhook":           {Chart: "106.0.3+up0.7.3", App: "0.7.3"},
+			"system-upgrade-controller": {Chart: "106.0.0", App: "v0.15.2"},
+		},
+	}
+}
+
+// Build writes the release described by spec into a temporary tree beside out, runs xorriso on
+// it and writes the ISO image to out (atomically: a failed build leaves no file at out).
+func Build(ctx context.Context, spec Spec, out string) (*Result, error) {
+	tmp, err := os.MkdirTemp(filepath.Dir(out), ".pack-*")
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", out, err)
+	}
+	defer os.RemoveAll(tmp)
+	tree := filepath.Join(tmp, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		return nil, fmt.Errorf("build %s: %w", out, err)
+	}
+	res, err := BuildTree(ctx, spec, tree)
+	if err != nil {
+		return nil, err
+	}
+	if err := MakeISO(ctx, tree, out, spec.volumeID()); err != nil {
+		return nil, err
+	}
+	res.VolumeID = spec.volumeID()
+	return res, nil
+}
+
+// MakeISO runs xorriso to make an ISO image of the directory tree (Rock Ridge and Joliet, ISO
+// level 3 so files may exceed 4 GiB) and writes it to out atomically.
+func MakeISO(ctx context.Context, tree, out, volumeID string) error {
+	tmp := out + ".tmp"
+	cmd := exec.CommandContext(ctx, "xorriso", "-as", "mkisofs", "-quiet", "-iso-level", "3",
+		"-R", "-J", "-joliet-long", "-V", volumeID, "-o", tmp, tree)
+	if outb, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("make iso %s: xorriso is not installed (make deps installs it): %w", out, err)
+		}
+		return fmt.Errorf("make iso %s: xorriso: %w: %s", out, err, bytes.TrimSpace(outb))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("make iso %s: %w", out, err)
+	}
+	return nil
+}

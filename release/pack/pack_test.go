@@ -1,0 +1,261 @@
+package pack
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/klauspost/compress/zstd"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/release"
+)
+
+// decompress returns the docker-save tar of a .tar.zst archive written into dir.
+func decompress(t *testing.T, dir, archive string) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, archive))
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	require.NoError(t, err)
+	defer zr.Close()
+	out := filepath.Join(t.TempDir(), "save.tar")
+	o, err := os.Create(out)
+	require.NoError(t, err)
+	_, err = io.Copy(o, zr)
+	require.NoError(t, err)
+	require.NoError(t, o.Close())
+	return out
+}
+
+func TestBuildTreeLayout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := Demo("v1.5.2", 5, 64<<10, 100<<10)
+	res, err := BuildTree(t.Context(), spec, dir)
+	require.NoError(t, err)
+	fsys := os.DirFS(dir)
+
+	rel, err := release.LoadRelease(fsys)
+	require.NoError(t, err)
+	require.Equal(t, "v1.5.2", rel.Harvester)
+	require.Equal(t, "v1.4.2", rel.MinUpgradableVersion)
+	require.Contains(t, rel.RancherDependencies, "fleet")
+
+	b, err := release.LoadBundle(fsys)
+	require.NoError(t, err)
+	require.Equal(t, []string{"agent", "common", "rke2"}, b.Groups())
+	require.Len(t, b.Archives, 3)
+	require.Len(t, res.Archives, 3)
+
+	total := 0
+	for _, a := range b.Archives {
+		var built BuiltArchive
+		for _, ba := range res.Archives {
+			if ba.Archive == a.Archive {
+				built = ba
+			}
+		}
+		require.Equal(t, a.List, built.List, "archive %s", a.Archive)
+		refs, err := release.LoadImageList(fsys, a)
+		require.NoError(t, err)
+		require.Equal(t, built.Refs(), refs)
+		total += len(refs)
+
+		save := decompress(t, dir, a.Archive)
+		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(save) })
+		require.NoError(t, err)
+		require.Len(t, m, len(refs))
+		for _, im := range built.Images {
+			tag, err := name.NewTag(im.Ref)
+			require.NoError(t, err)
+			img, err := tarball.ImageFromPath(save, &tag)
+			require.NoError(t, err)
+			cfg, err := img.ConfigName()
+			require.NoError(t, err)
+			require.Equal(t, im.ConfigDigest, cfg.String())
+			cf, err := img.ConfigFile()
+			require.NoError(t, err)
+			require.Equal(t, "amd64", cf.Architecture)
+			ls, err := img.Layers()
+			require.NoError(t, err)
+			require.Len(t, ls, 2)
+			for i, l := range ls {
+				// Reading the layer back must give the bytes its digest names.
+				rc, err := l.Uncompressed()
+				require.NoError(t, err)
+				h, _, err := v1.SHA256(rc)
+				require.NoError(t, err)
+				require.Equal(t, im.Layers[i], h.String())
+			}
+		}
+		if strings.HasPrefix(a.Archive, "bundle/rancherd/") {
+			require.Equal(t, "agent", a.Group)
+			require.True(t, strings.HasPrefix(a.List, "bundle/rancherd/images/"))
+		}
+	}
+	require.Equal(t, 5, total)
+	all, err := os.ReadFile(filepath.Join(dir, "bundle/harvester/images-lists-archive/v1.5.2/image_list_all.txt"))
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(string(all)), 5)
+	fi, err := os.Stat(filepath.Join(dir, "rootfs.squashfs"))
+	require.NoError(t, err)
+	require.EqualValues(t, 100<<10, fi.Size())
+	require.Contains(t, res.Files, "rootfs.squashfs")
+
+	// Every image shares the base layer.
+	base := res.Archives[0].Images[0].Layers[0]
+	for _, a := range res.Archives {
+		for _, im := range a.Images {
+			require.Equal(t, base, im.Layers[0])
+			require.NotEqual(t, base, im.Layers[1])
+		}
+	}
+}
+
+func TestBuildTreeDeterministic(t *testing.T) {
+	t.Parallel()
+	build := func(seed int64) (*Result, []byte) {
+		dir := t.TempDir()
+		spec := Demo("v1.6.0", 3, 10<<10, 5000)
+		spec.Seed = seed
+		res, err := BuildTree(t.Context(), spec, dir)
+		require.NoError(t, err)
+		data, err := os.ReadFile(filepath.Join(dir, "rootfs.squashfs"))
+		require.NoError(t, err)
+		return res, data
+	}
+	r1, d1 := build(7)
+	r2, d2 := build(7)
+	r3, d3 := build(8)
+	for _, r := range []*Result{r1, r2, r3} {
+		for i := range r.Archives {
+			r.Archives[i].Size = 0 // tar entry order may differ; the content does not
+		}
+	}
+	require.Equal(t, r1, r2)
+	require.Equal(t, d1, d2)
+	require.NotEqual(t, r1.Archives[0].Images[0].ConfigDigest, r3.Archives[0].Images[0].ConfigDigest)
+	require.False(t, bytes.Equal(d1, d3))
+}
+
+func TestBuildTreeTarball(t *testing.T) {
+	t.Parallel()
+	img, err := random.Image(2048, 2)
+	require.NoError(t, err)
+	tag, err := name.NewTag("busybox:1.36")
+	require.NoError(t, err)
+	src := filepath.Join(t.TempDir(), "busybox.tar")
+	require.NoError(t, tarball.WriteToFile(src, tag, img))
+
+	dir := t.TempDir()
+	res, err := BuildTree(t.Context(), Spec{Archives: []Archive{{Group: "common", Name: "extra", Tarballs: []string{src}}}}, dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"docker.io/library/busybox:1.36"}, res.Archives[0].Refs())
+	want, err := img.ConfigName()
+	require.NoError(t, err)
+	require.Equal(t, want.String(), res.Archives[0].Images[0].ConfigDigest)
+
+	save := decompress(t, dir, res.Archives[0].Archive)
+	ntag, err := name.NewTag("docker.io/library/busybox:1.36")
+	require.NoError(t, err)
+	got, err := tarball.ImageFromPath(save, &ntag)
+	require.NoError(t, err)
+	gotCfg, err := got.ConfigName()
+	require.NoError(t, err)
+	require.Equal(t, want, gotCfg)
+}
+
+func TestBuildTreeWithoutMetadata(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := BuildTree(t.Context(), Spec{NoRelease: true, NoBundle: true, Files: []File{{Path: "/boot/kernel", Size: 10}}}, dir)
+	require.NoError(t, err)
+	_, err = release.LoadRelease(os.DirFS(dir))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = release.LoadBundle(os.DirFS(dir))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	fi, err := os.Stat(filepath.Join(dir, "boot/kernel"))
+	require.NoError(t, err)
+	require.EqualValues(t, 10, fi.Size())
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	img := []Image{{Ref: "a:1", Layers: []Size{1}}}
+	tests := []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"no name", Spec{Archives: []Archive{{Group: "common", Images: img}}}, "archives[0]: group and name are required"},
+		{"slash in name", Spec{Archives: []Archive{{Group: "common", Name: "../x", Images: img}}}, "plain file names"},
+		{"twice", Spec{Archives: []Archive{{Group: "common", Name: "x", Images: img}, {Group: "rke2", Name: "x", Images: img}}}, "appears twice"},
+		{"empty", Spec{Archives: []Archive{{Group: "common", Name: "x"}}}, "needs images or tarballs"},
+		{"bad ref", Spec{Archives: []Archive{{Group: "common", Name: "x", Images: []Image{{Ref: "a b", Layers: []Size{1}}}}}}, "archives[0].images[0]: invalid image reference"},
+		{"no layer", Spec{Archives: []Archive{{Group: "common", Name: "x", Images: []Image{{Ref: "a"}}}}}, "at least one layer"},
+		{"unknown shared", Spec{Archives: []Archive{{Group: "common", Name: "x", Images: []Image{{Ref: "a", Shared: []string{"s"}}}}}}, `shared layer "s"`},
+		{"escaping file", Spec{Files: []File{{Path: "../etc/passwd"}}}, "files[0]: path"},
+		{"layout file", Spec{Files: []File{{Path: "bundle/metadata.yaml"}}}, "belongs to the release layout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.spec.Validate()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	t.Parallel()
+	s, err := ParseSpec([]byte(`
+version: v1.7.0
+seed: 3
+sharedLayers: {base: 1MiB}
+archives:
+- group: common
+  name: harvester-images-v1.7.0
+  images:
+  - {ref: "rancher/harvester:v1.7.0", shared: [base], layers: [4096, "2KiB"]}
+files:
+- {path: rootfs.squashfs, size: 1.5GiB}
+`))
+	require.NoError(t, err)
+	require.Equal(t, Size(1<<20), s.SharedLayers["base"])
+	require.Equal(t, []Size{4096, 2048}, s.Archives[0].Images[0].Layers)
+	require.Equal(t, Size(3<<29), s.Files[0].Size)
+
+	_, err = ParseSpec([]byte("version: v1\nbogus: 1\n"))
+	require.ErrorContains(t, err, "bogus")
+	_, err = ParseSpec([]byte("files: [{path: a, size: 12XB}]"))
+	require.ErrorContains(t, err, `invalid size "12XB"`)
+}
+
+func TestBuildISO(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "release.iso")
+	res, err := Build(t.Context(), Demo("v1.5.2", 3, 4096, 0), out)
+	require.NoError(t, err)
+	require.Equal(t, "HARVESTER_V1_5_2", res.VolumeID)
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	pvd := make([]byte, 2048)
+	_, err = f.ReadAt(pvd, 16*2048)
+	require.NoError(t, err)
+	require.Equal(t, "CD001", string(pvd[1:6]))
+	require.Equal(t, "HARVESTER_V1_5_2", strings.TrimSpace(string(pvd[40:72])))
+	entries, err := os.ReadDir(filepath.Dir(out))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the temporary tree is removed")
+}
