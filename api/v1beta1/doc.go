@@ -1,0 +1,11 @@
+// Package v1beta1 holds the API of upgrade-repo, group management.harvesterhci.io, version
+// v1beta1: Version (a release ISO that can be installed), UpgradePlan (a request to upgrade the
+// cluster to a Version, and the sequencer's record of its progress) and RepoNode (each node
+// agent's report of its ISO, repo and image preload).
+//
+// The package holds only types and kubebuilder markers. Deepcopy functions, CRD manifests and
+// RBAC are generated from it by controller-gen (make generate).
+//
+// +kubebuilder:object:generate=true
+// +groupName=management.harvesterhci.io
+package v1beta1

@@ -1,0 +1,133 @@
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ISOState is where a node's copy of the ISO stands.
+// +kubebuilder:validation:Enum=Pending;Downloading;Verifying;Ready;Failed
+type ISOState string
+
+// ISO states.
+const (
+	ISOPending     ISOState = "Pending"
+	ISODownloading ISOState = "Downloading"
+	ISOVerifying   ISOState = "Verifying"
+	ISOReady       ISOState = "Ready"
+	ISOFailed      ISOState = "Failed"
+)
+
+// PreloadState is where a node's image preload stands.
+// +kubebuilder:validation:Enum=ImagePreloading;ImagePreloaded;ImagePreloadFailed
+type PreloadState string
+
+// Preload states.
+const (
+	PreloadRunning PreloadState = "ImagePreloading"
+	PreloadDone    PreloadState = "ImagePreloaded"
+	PreloadFailed  PreloadState = "ImagePreloadFailed"
+)
+
+// RepoNodeISO is a node's copy of the ISO.
+type RepoNodeISO struct {
+	// Checksum is the SHA-512 of the ISO the agent works on.
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+	// State is where the copy stands.
+	// +optional
+	State ISOState `json:"state,omitempty"`
+	// Message says what went wrong when State is Failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// BytesDone is how many bytes of the ISO the node holds.
+	// +optional
+	BytesDone int64 `json:"bytesDone,omitempty"`
+	// BytesTotal is the ISO's size.
+	// +optional
+	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// BytesFromPeers is how many bytes came from other nodes.
+	// +optional
+	BytesFromPeers int64 `json:"bytesFromPeers,omitempty"`
+	// BytesFromOrigin is how many bytes came from the Service or the origin URL.
+	// +optional
+	BytesFromOrigin int64 `json:"bytesFromOrigin,omitempty"`
+}
+
+// RepoNodeRepo is the node's repo server.
+type RepoNodeRepo struct {
+	// Ready is true while the node serves the ISO.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+	// URL is the node's repo base URL.
+	// +optional
+	URL string `json:"url,omitempty"`
+}
+
+// RepoNodePreload is the node's image preload.
+type RepoNodePreload struct {
+	// State is where the preload stands; empty before it starts.
+	// +optional
+	State PreloadState `json:"state,omitempty"`
+	// Reason is a CamelCase word for a failure.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what went wrong, for humans.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ImagesDone is how many images are in containerd.
+	// +optional
+	ImagesDone int64 `json:"imagesDone,omitempty"`
+	// ImagesTotal is how many images the release has.
+	// +optional
+	ImagesTotal int64 `json:"imagesTotal,omitempty"`
+	// BytesDone is how many archive bytes were read.
+	// +optional
+	BytesDone int64 `json:"bytesDone,omitempty"`
+	// BytesTotal is how many archive bytes there are.
+	// +optional
+	BytesTotal int64 `json:"bytesTotal,omitempty"`
+}
+
+// RepoNodeStatus is a node agent's report. The agent of the node is its only writer.
+type RepoNodeStatus struct {
+	// ISO is the node's copy of the ISO.
+	// +optional
+	ISO RepoNodeISO `json:"iso,omitempty"`
+	// Repo is the node's repo server.
+	// +optional
+	Repo RepoNodeRepo `json:"repo,omitempty"`
+	// Preload is the node's image preload of the ISO named by ISO.Checksum.
+	// +optional
+	Preload RepoNodePreload `json:"preload,omitempty"`
+	// HeartbeatTime is when the agent last wrote the report.
+	// +optional
+	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
+}
+
+// RepoNode is one node agent's report, named after the node.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=rn
+// +kubebuilder:printcolumn:name="ISO",type=string,JSONPath=`.status.iso.state`
+// +kubebuilder:printcolumn:name="REPO",type=boolean,JSONPath=`.status.repo.ready`
+// +kubebuilder:printcolumn:name="PRELOAD",type=string,JSONPath=`.status.preload.state`
+// +kubebuilder:printcolumn:name="HEARTBEAT",type=date,JSONPath=`.status.heartbeatTime`
+type RepoNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Status is the agent's report.
+	// +optional
+	Status RepoNodeStatus `json:"status,omitempty"`
+}
+
+// RepoNodeList is a list of RepoNodes.
+//
+// +kubebuilder:object:root=true
+type RepoNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the RepoNodes.
+	Items []RepoNode `json:"items"`
+}

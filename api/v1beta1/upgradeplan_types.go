@@ -1,0 +1,291 @@
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode says whether an UpgradePlan runs straight through or waits for approval.
+// +kubebuilder:validation:Enum=automatic;interactive
+type Mode string
+
+const (
+	// ModeAutomatic runs every phase without waiting.
+	ModeAutomatic Mode = "automatic"
+	// ModeInteractive waits before ClusterUpgrading and before each node until ApproveAnnotation
+	// names it.
+	ModeInteractive Mode = "interactive"
+)
+
+// ApproveAnnotation, set by the user on an UpgradePlan in interactive mode, lists what may go on,
+// separated by commas: "cluster" lets ClusterUpgrading start, a node's name lets that node be
+// upgraded. The sequencer only reads it.
+const ApproveAnnotation = "management.harvesterhci.io/approve"
+
+// ApproveCluster is the ApproveAnnotation item that lets ClusterUpgrading start.
+const ApproveCluster = "cluster"
+
+// Executor names how NodeUpgrading upgrades the nodes.
+// +kubebuilder:validation:Enum=Job;SystemUpgradeController
+type Executor string
+
+const (
+	// ExecutorJob makes the sequencer upgrade each node itself: cordon, drain through the
+	// Eviction API, a Job pinned to the node, uncordon.
+	ExecutorJob Executor = "Job"
+	// ExecutorSystemUpgradeController creates upgrade.cattle.io/v1 Plans for a
+	// system-upgrade-controller already running in the cluster and follows them.
+	ExecutorSystemUpgradeController Executor = "SystemUpgradeController"
+)
+
+// ImagePreloadOption tunes ImagePreloading.
+type ImagePreloadOption struct {
+	// Concurrency is how many nodes preload at the same time; 0 means all of them.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// NodeUpgradeOption tunes NodeUpgrading.
+type NodeUpgradeOption struct {
+	// PauseNodes lists nodes that must not be upgraded for now; the plan waits for them to be
+	// removed from the list.
+	// +optional
+	PauseNodes []string `json:"pauseNodes,omitempty"`
+	// Concurrency is how many nodes that are not control-plane nodes are upgraded at the same
+	// time; 0 means one. Control-plane nodes are always upgraded one at a time.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Concurrency int `json:"concurrency,omitempty"`
+	// Executor picks how nodes are upgraded; Job when empty.
+	// +optional
+	Executor Executor `json:"executor,omitempty"`
+}
+
+// UpgradePlanSpec is the user's request.
+type UpgradePlanSpec struct {
+	// Version is the name of the Version to upgrade to.
+	// +kubebuilder:validation:MinLength=1
+	Version string `json:"version"`
+	// Upgrade is the container image that runs the release's upgrade steps; the sequencer's
+	// default image when empty.
+	// +optional
+	Upgrade *string `json:"upgrade,omitempty"`
+	// Force turns the failures of skippable upgrade policies into warnings.
+	// +optional
+	Force bool `json:"force,omitempty"`
+	// AllowPrerelease allows a pre-release target (v1.6.0-rc1) without Force.
+	// +optional
+	AllowPrerelease bool `json:"allowPrerelease,omitempty"`
+	// Mode is automatic (the default) or interactive.
+	// +kubebuilder:default=automatic
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+	// ImagePreloadOption tunes ImagePreloading.
+	// +optional
+	ImagePreloadOption *ImagePreloadOption `json:"imagePreloadOption,omitempty"`
+	// NodeUpgradeOption tunes NodeUpgrading.
+	// +optional
+	NodeUpgradeOption *NodeUpgradeOption `json:"nodeUpgradeOption,omitempty"`
+}
+
+// Phase is where an UpgradePlan stands. Each step is an -ing phase while it runs and an -ed
+// phase once done; Succeeded and Failed are final.
+type Phase string
+
+// The phases in the order they run.
+const (
+	PhaseInitializing       Phase = "Initializing"
+	PhaseInitialized        Phase = "Initialized"
+	PhaseISODownloading     Phase = "ISODownloading"
+	PhaseISODownloaded      Phase = "ISODownloaded"
+	PhaseRepoCreating       Phase = "RepoCreating"
+	PhaseRepoCreated        Phase = "RepoCreated"
+	PhaseMetadataPopulating Phase = "MetadataPopulating"
+	PhaseMetadataPopulated  Phase = "MetadataPopulated"
+	PhaseImagePreloading    Phase = "ImagePreloading"
+	PhaseImagePreloaded     Phase = "ImagePreloaded"
+	PhaseClusterUpgrading   Phase = "ClusterUpgrading"
+	PhaseClusterUpgraded    Phase = "ClusterUpgraded"
+	PhaseNodeUpgrading      Phase = "NodeUpgrading"
+	PhaseNodeUpgraded       Phase = "NodeUpgraded"
+	PhaseCleaningUp         Phase = "CleaningUp"
+	PhaseCleanedUp          Phase = "CleanedUp"
+	PhaseSucceeded          Phase = "Succeeded"
+	PhaseFailed             Phase = "Failed"
+)
+
+// Condition types of an UpgradePlan.
+const (
+	// ConditionAvailable is True once the plan has succeeded, False while it runs or after it
+	// failed.
+	ConditionAvailable = "Available"
+	// ConditionProgressing is True while the plan runs.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True while the plan cannot proceed, with the reason, and after it
+	// failed.
+	ConditionDegraded = "Degraded"
+)
+
+// PhaseTransitionTimestamp records when the plan entered a phase.
+type PhaseTransitionTimestamp struct {
+	// Phase is the phase entered.
+	Phase Phase `json:"phase"`
+	// PhaseTransitionTimestamp is when it was entered.
+	PhaseTransitionTimestamp metav1.Time `json:"phaseTransitionTimestamp"`
+}
+
+// NodeState is a node's state within a plan.
+type NodeState string
+
+// Node states, in the order a node goes through them.
+const (
+	NodeImagePreloadPending NodeState = "ImagePreloadPending"
+	NodeImagePreloading     NodeState = "ImagePreloading"
+	NodeImagePreloaded      NodeState = "ImagePreloaded"
+	NodeImagePreloadFailed  NodeState = "ImagePreloadFailed"
+	NodeUpgradePending      NodeState = "UpgradePending"
+	NodeUpgradePaused       NodeState = "UpgradePaused"
+	NodeCordoned            NodeState = "Cordoned"
+	NodeUpgrading           NodeState = "Upgrading"
+	NodeUpgraded            NodeState = "Upgraded"
+	NodeUpgradeFailed       NodeState = "UpgradeFailed"
+)
+
+// NodeUpgradeStatus is one node's state within a plan, aggregated by the sequencer from the node's
+// RepoNode and from what it did to the node.
+type NodeUpgradeStatus struct {
+	// State is where the node stands.
+	// +optional
+	State NodeState `json:"state,omitempty"`
+	// Reason is a CamelCase word for the state, set when something went wrong or is waited for.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened, for humans.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ImagesDone and ImagesTotal count the images preloaded.
+	// +optional
+	ImagesDone int64 `json:"imagesDone,omitempty"`
+	// ImagesTotal is the number of images to preload.
+	// +optional
+	ImagesTotal int64 `json:"imagesTotal,omitempty"`
+	// BytesDone is how many archive bytes were preloaded.
+	// +optional
+	BytesDone int64 `json:"bytesDone,omitempty"`
+	// BytesTotal is how many archive bytes there are to preload.
+	// +optional
+	BytesTotal int64 `json:"bytesTotal,omitempty"`
+}
+
+// ReleaseMetadata is the release metadata of the target, read through the repo Service.
+type ReleaseMetadata struct {
+	// Harvester is the release's version.
+	Harvester string `json:"harvester,omitempty"`
+	// HarvesterChart is the version of the Harvester chart.
+	HarvesterChart string `json:"harvesterChart,omitempty"`
+	// OS is the operating system's release name.
+	OS string `json:"os,omitempty"`
+	// Kubernetes is the Kubernetes version.
+	Kubernetes string `json:"kubernetes,omitempty"`
+	// Rancher is the Rancher version.
+	Rancher string `json:"rancher,omitempty"`
+	// MonitoringChart is the version of the monitoring chart.
+	MonitoringChart string `json:"monitoringChart,omitempty"`
+	// LoggingChart is the version of the logging chart.
+	LoggingChart string `json:"loggingChart,omitempty"`
+	// Kubevirt is the KubeVirt version.
+	Kubevirt string `json:"kubevirt,omitempty"`
+	// MinUpgradableVersion is the oldest version that may upgrade to this release.
+	MinUpgradableVersion string `json:"minUpgradableVersion,omitempty"`
+}
+
+// AgentInstructions is what the sequencer asks of the node agents. Agents read it; only the
+// sequencer writes it.
+type AgentInstructions struct {
+	// ISOURL and ISOChecksum name the ISO every agent must acquire, verify and serve while Hold
+	// is true.
+	// +optional
+	ISOURL string `json:"isoURL,omitempty"`
+	// ISOChecksum is the SHA-512 the ISO must have.
+	// +optional
+	ISOChecksum string `json:"isoChecksum,omitempty"`
+	// Hold is true while agents must keep the ISO; once false they may drop it.
+	// +optional
+	Hold bool `json:"hold,omitempty"`
+	// PreloadNodes lists the nodes that may preload the release's images now.
+	// +optional
+	PreloadNodes []string `json:"preloadNodes,omitempty"`
+}
+
+// UpgradePlanStatus is the sequencer's record of a plan. A restarted sequencer resumes from it.
+type UpgradePlanStatus struct {
+	// Conditions are Available, Progressing and Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Phase is the current phase.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// FailedPhase is the phase that failed, once Phase is Failed.
+	// +optional
+	FailedPhase Phase `json:"failedPhase,omitempty"`
+	// PhaseTransitionTimestamps records when each phase was entered, in order.
+	// +optional
+	PhaseTransitionTimestamps []PhaseTransitionTimestamp `json:"phaseTransitionTimestamps,omitempty"`
+	// NodeUpgradeStatuses holds each node's state, keyed by node name.
+	// +optional
+	NodeUpgradeStatuses map[string]NodeUpgradeStatus `json:"nodeUpgradeStatuses,omitempty"`
+	// PreviousVersion is the version installed when the plan started.
+	// +optional
+	PreviousVersion string `json:"previousVersion,omitempty"`
+	// ReleaseMetadata is the target release's metadata.
+	// +optional
+	ReleaseMetadata *ReleaseMetadata `json:"releaseMetadata,omitempty"`
+	// Version is a snapshot of the Version's spec taken when the plan started.
+	// +optional
+	Version *VersionSpec `json:"version,omitempty"`
+	// ISOImageID identifies the ISO in use: its SHA-512 when the Version gives one, its URL
+	// otherwise.
+	// +optional
+	ISOImageID string `json:"isoImageID,omitempty"`
+	// Agents is what the node agents are asked to do.
+	// +optional
+	Agents *AgentInstructions `json:"agents,omitempty"`
+	// ObservedGeneration is the generation of the spec the status was last computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// UpgradePlan asks for the cluster to be upgraded to a Version; its status records the
+// progress.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName={up,ups}
+// +kubebuilder:printcolumn:name="VERSION",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="AVAILABLE",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="PROGRESSING",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].status`
+// +kubebuilder:printcolumn:name="DEGRADED",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+type UpgradePlan struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the request.
+	Spec UpgradePlanSpec `json:"spec"`
+	// Status is the sequencer's record of the plan.
+	// +optional
+	Status UpgradePlanStatus `json:"status,omitempty"`
+}
+
+// UpgradePlanList is a list of UpgradePlans.
+//
+// +kubebuilder:object:root=true
+type UpgradePlanList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the UpgradePlans.
+	Items []UpgradePlan `json:"items"`
+}

@@ -1,0 +1,6 @@
+// Package sequencer drives UpgradePlans through their phases. Decide is a pure function from the
+// plan, its Version and the observed nodes and agent reports to the next action; the Reconciler
+// observes the cluster through controller-runtime, calls Decide and applies its action. Every
+// action is idempotent and all progress lives in the plan's status, so a restarted sequencer
+// resumes where the last one stopped.
+package sequencer

@@ -1,0 +1,133 @@
+// Package report is how a node agent talks with the sequencer through the API server: Writer
+// publishes the agent's state in the RepoNode named after its node (the agent is that object's
+// only writer), and Instructions reads what the sequencer asks of the node from the UpgradePlans
+// in flight.
+package report
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// The agent's RBAC, generated into manifests/rbac/agent.
+// +kubebuilder:rbac:groups=management.harvesterhci.io,resources=reponodes,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=management.harvesterhci.io,resources=reponodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans,verbs=get;list;watch
+
+// Writer publishes one node's RepoNode status. It is safe for concurrent use; each Write replaces
+// the whole status.
+type Writer struct {
+	c    client.Client
+	node string
+	now  func() time.Time
+}
+
+// Option configures a Writer.
+type Option func(*Writer)
+
+// WithClock sets the clock that stamps the heartbeat; time.Now by default.
+func WithClock(now func() time.Time) Option {
+	return func(w *Writer) { w.now = now }
+}
+
+// NewWriter returns a Writer for the RepoNode named nodeName. c must know the v1beta1 kinds.
+func NewWriter(c client.Client, nodeName string, opts ...Option) (*Writer, error) {
+	if c == nil {
+		return nil, fmt.Errorf("new report writer: the client is nil")
+	}
+	if nodeName == "" {
+		return nil, fmt.Errorf("new report writer: the node name is empty")
+	}
+	w := &Writer{c: c, node: nodeName, now: time.Now}
+	for _, o := range opts {
+		o(w)
+	}
+	return w, nil
+}
+
+// Write sets the RepoNode's status to st, stamping HeartbeatTime, creating the object when it does
+// not exist yet and retrying on update conflicts. It returns the last API error.
+func (w *Writer) Write(ctx context.Context, st v1beta1.RepoNodeStatus) error {
+	st.HeartbeatTime = metav1.NewTime(w.now().Truncate(time.Second))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var rn v1beta1.RepoNode
+		err := w.c.Get(ctx, client.ObjectKey{Name: w.node}, &rn)
+		if apierrors.IsNotFound(err) {
+			rn = v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: w.node}}
+			if err := w.c.Create(ctx, &rn); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			// Re-read so the status update carries the current resourceVersion.
+			err = w.c.Get(ctx, client.ObjectKey{Name: w.node}, &rn)
+		}
+		if err != nil {
+			return err
+		}
+		rn.Status = st
+		return w.c.Status().Update(ctx, &rn)
+	})
+	if err != nil {
+		return fmt.Errorf("write report of node %s: %w", w.node, err)
+	}
+	return nil
+}
+
+// Instruction is what the sequencer asks of one node.
+type Instruction struct {
+	// Plan is the UpgradePlan that asks; empty when no plan needs the node.
+	Plan string
+	// ISOURL is where to get the ISO to hold and serve; empty when there is none.
+	ISOURL string
+	// ISOChecksum is the ISO's SHA-512.
+	ISOChecksum string
+	// Preload is true when the node may preload the ISO's images now.
+	Preload bool
+}
+
+// Instructions reads the UpgradePlans and returns what the node nodeName should do: hold the ISO
+// of the plan that holds one (the oldest when there are several) and preload when that plan
+// lists the node. An Instruction with an empty ISOURL means the agent may drop any ISO it holds.
+func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instruction, error) {
+	var plans v1beta1.UpgradePlanList
+	if err := r.List(ctx, &plans); err != nil {
+		return Instruction{}, fmt.Errorf("list upgrade plans: %w", err)
+	}
+	slices.SortFunc(plans.Items, func(a, b v1beta1.UpgradePlan) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return compareStrings(a.Name, b.Name)
+	})
+	for _, p := range plans.Items {
+		a := p.Status.Agents
+		if a == nil || !a.Hold || a.ISOURL == "" {
+			continue
+		}
+		return Instruction{
+			Plan:        p.Name,
+			ISOURL:      a.ISOURL,
+			ISOChecksum: a.ISOChecksum,
+			Preload:     slices.Contains(a.PreloadNodes, nodeName),
+		}, nil
+	}
+	return Instruction{}, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,118 @@
+package report_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
+)
+
+func scheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	require.NoError(t, v1beta1.AddToScheme(s))
+	return s
+}
+
+func TestWriterCreatesThenUpdates(t *testing.T) {
+	t.Parallel()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithStatusSubresource(&v1beta1.RepoNode{}).Build()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	w, err := report.NewWriter(c, "node-1", report.WithClock(func() time.Time { return at }))
+	require.NoError(t, err)
+
+	st := v1beta1.RepoNodeStatus{ISO: v1beta1.RepoNodeISO{Checksum: "abc", State: v1beta1.ISODownloading, BytesDone: 10, BytesTotal: 100}}
+	require.NoError(t, w.Write(t.Context(), st))
+	var got v1beta1.RepoNode
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "node-1"}, &got))
+	require.Equal(t, v1beta1.ISODownloading, got.Status.ISO.State)
+	require.Equal(t, int64(10), got.Status.ISO.BytesDone)
+	require.True(t, got.Status.HeartbeatTime.Time.Equal(at))
+
+	st.ISO.State = v1beta1.ISOReady
+	st.Repo = v1beta1.RepoNodeRepo{Ready: true, URL: "http://10.0.0.1:8080"}
+	st.Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadDone, ImagesDone: 3, ImagesTotal: 3}
+	require.NoError(t, w.Write(t.Context(), st))
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "node-1"}, &got))
+	require.Equal(t, v1beta1.ISOReady, got.Status.ISO.State)
+	require.True(t, got.Status.Repo.Ready)
+	require.Equal(t, v1beta1.PreloadDone, got.Status.Preload.State)
+}
+
+func TestNewWriterRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).Build()
+	tests := []struct {
+		name string
+		c    client.Client
+		node string
+	}{
+		{name: "nil client", c: nil, node: "n"},
+		{name: "empty node", c: c, node: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := report.NewWriter(tt.c, tt.node)
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestInstructions(t *testing.T) {
+	t.Parallel()
+	old := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	newer := metav1.NewTime(old.Add(time.Hour))
+	plan := func(name string, created metav1.Time, a *v1beta1.AgentInstructions) *v1beta1.UpgradePlan {
+		return &v1beta1.UpgradePlan{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created},
+			Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+			Status:     v1beta1.UpgradePlanStatus{Agents: a},
+		}
+	}
+	tests := []struct {
+		name  string
+		plans []client.Object
+		node  string
+		want  report.Instruction
+	}{
+		{name: "no plans", node: "n1", want: report.Instruction{}},
+		{
+			name:  "released plan means drop",
+			plans: []client.Object{plan("p", old, &v1beta1.AgentInstructions{ISOURL: "http://x/iso", Hold: false})},
+			node:  "n1",
+			want:  report.Instruction{},
+		},
+		{
+			name:  "hold without preload",
+			plans: []client.Object{plan("p", old, &v1beta1.AgentInstructions{ISOURL: "http://x/iso", ISOChecksum: "c", Hold: true, PreloadNodes: []string{"n2"}})},
+			node:  "n1",
+			want:  report.Instruction{Plan: "p", ISOURL: "http://x/iso", ISOChecksum: "c"},
+		},
+		{
+			name: "oldest holding plan wins and preload allowed",
+			plans: []client.Object{
+				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", Hold: true}),
+				plan("b", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", Hold: true, PreloadNodes: []string{"n1"}}),
+			},
+			node: "n1",
+			want: report.Instruction{Plan: "b", ISOURL: "http://old/iso", Preload: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(tt.plans...).Build()
+			got, err := report.Instructions(t.Context(), c, tt.node)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
