@@ -1,0 +1,301 @@
+// Package containerd is the preload.Store over a containerd daemon: it checks which images are
+// present with complete content and imports docker-save archives through containerd's Go client,
+// in-process, under a lease so that a failed import leaves nothing referenced.
+//
+// It is the only package of the project that imports containerd. It works with containerd 1.6,
+// 1.7 and 2.x daemons: it uses only the content, images and leases services.
+package containerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/images/archive"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/upgrade-repo/upgrade-repo/preload"
+)
+
+// DefaultNamespace is the containerd namespace the kubelet's images live in.
+const DefaultNamespace = "k8s.io"
+
+// criLabel marks images as managed by the CRI plugin, as images it pulls itself are.
+const criLabel = "io.cri-containerd.image"
+
+// Store is a preload.Store over one containerd daemon and namespace. It is safe for concurrent use.
+type Store struct {
+	client *client.Client
+	ns     string
+	log    *slog.Logger
+}
+
+var _ preload.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithNamespace sets the containerd namespace (default k8s.io).
+func WithNamespace(ns string) Option { return func(s *Store) { s.ns = ns } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
+func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
+	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.ns == "" {
+		return nil, errors.New("containerd: empty namespace")
+	}
+	c, err := client.New(socket, client.WithDefaultNamespace(s.ns), client.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", socket, classify(err))
+	}
+	if _, err := c.Version(namespaces.WithNamespace(ctx, s.ns)); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("containerd at %s: version: %w", socket, classify(err))
+	}
+	s.client = c
+	return s, nil
+}
+
+// Close closes the connection to the daemon.
+func (s *Store) Close() error { return s.client.Close() }
+
+// Version returns the daemon's version string, such as 1.6.20~ds1.
+func (s *Store) Version(ctx context.Context) (string, error) {
+	v, err := s.client.Version(s.nsctx(ctx))
+	if err != nil {
+		return "", classify(err)
+	}
+	return v.Version, nil
+}
+
+func (s *Store) nsctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, s.ns)
+}
+
+// classify marks the errors of an unreachable or overloaded daemon as transient.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errdefs.IsUnavailable(err) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.ResourceExhausted {
+		return fmt.Errorf("%w: %w", preload.ErrTransient, err)
+	}
+	return err
+}
+
+// Missing implements preload.Store. An image is present when its name exists in the namespace and
+// its content is complete: the manifest, its config and every layer, or for an index at least one
+// complete manifest (archives hold one platform of a multi-platform image).
+func (s *Store) Missing(ctx context.Context, refs []string) ([]string, error) {
+	ctx = s.nsctx(ctx)
+	imgs, err := s.client.ImageService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", classify(err))
+	}
+	byName := make(map[string]ocispec.Descriptor, len(imgs))
+	for _, img := range imgs {
+		byName[img.Name] = img.Target
+	}
+	c := &checker{cs: s.client.ContentStore(), known: map[digest.Digest]bool{}}
+	var missing []string
+	for _, ref := range refs {
+		target, ok := byName[ref]
+		if ok {
+			if ok, err = c.complete(ctx, target, 0); err != nil {
+				return nil, fmt.Errorf("check %s: %w", ref, classify(err))
+			}
+		}
+		if !ok {
+			missing = append(missing, ref)
+		}
+	}
+	return missing, nil
+}
+
+// checker checks content completeness, remembering blobs it has seen within one call.
+type checker struct {
+	cs    content.Store
+	known map[digest.Digest]bool
+}
+
+func (c *checker) has(ctx context.Context, d digest.Digest) (bool, error) {
+	if ok, seen := c.known[d]; seen {
+		return ok, nil
+	}
+	_, err := c.cs.Info(ctx, d)
+	if errdefs.IsNotFound(err) {
+		c.known[d] = false
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c.known[d] = true
+	return true, nil
+}
+
+// maxDepth bounds index nesting, so a cyclic or absurd index cannot recurse forever.
+const maxDepth = 4
+
+func (c *checker) complete(ctx context.Context, desc ocispec.Descriptor, depth int) (bool, error) {
+	if depth > maxDepth {
+		return false, nil
+	}
+	switch {
+	case images.IsIndexType(desc.MediaType):
+		var idx ocispec.Index
+		if ok, err := c.readJSON(ctx, desc, &idx); !ok || err != nil {
+			return false, err
+		}
+		for _, m := range idx.Manifests {
+			ok, err := c.complete(ctx, m, depth+1)
+			if ok || err != nil {
+				return ok, err
+			}
+		}
+		return false, nil
+	case images.IsManifestType(desc.MediaType):
+		var m ocispec.Manifest
+		if ok, err := c.readJSON(ctx, desc, &m); !ok || err != nil {
+			return false, err
+		}
+		for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+			if ok, err := c.has(ctx, d.Digest); !ok || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	default:
+		return c.has(ctx, desc.Digest)
+	}
+}
+
+func (c *checker) readJSON(ctx context.Context, desc ocispec.Descriptor, v any) (bool, error) {
+	p, err := content.ReadBlob(ctx, c.cs, desc)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(p, v); err != nil {
+		return false, fmt.Errorf("decode %s: %w", desc.Digest, err)
+	}
+	return true, nil
+}
+
+// Import implements preload.Store. Everything it writes is held by a lease of its own until the
+// images exist; the stream is read to its end (so the decompressor verifies its checksum) before
+// any image is created, and on failure the lease is deleted synchronously, so the garbage
+// collector removes what was written.
+func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err error) {
+	ctx = s.nsctx(ctx)
+	ls := s.client.LeasesService()
+	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	if err != nil {
+		return nil, fmt.Errorf("create lease: %w", classify(err))
+	}
+	defer func() {
+		// The lease goes even when ctx is cancelled; on failure its content is collected now.
+		dctx := context.WithoutCancel(ctx)
+		var opts []leases.DeleteOpt
+		if err != nil {
+			opts = append(opts, leases.SynchronousDelete)
+		}
+		if derr := ls.Delete(dctx, l, opts...); derr != nil {
+			s.log.Warn("deleting import lease failed", "lease", l.ID, "err", derr)
+		}
+	}()
+	ctx = leases.WithLease(ctx, l.ID)
+	cs := s.client.ContentStore()
+
+	index, err := archive.ImportIndex(ctx, cs, r)
+	if err != nil {
+		return nil, fmt.Errorf("read archive: %w", classify(err))
+	}
+	// Whatever follows the tar's end (padding, the compressed stream's checksum) is read too.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return nil, fmt.Errorf("read archive end: %w", err)
+	}
+	imgs, err := s.images(ctx, cs, index)
+	if err != nil {
+		return nil, err
+	}
+	is := s.client.ImageService()
+	for _, img := range imgs {
+		img.Labels = map[string]string{criLabel: "managed"}
+		if _, err := is.Update(ctx, img, "target", "labels."+criLabel); err != nil {
+			if !errdefs.IsNotFound(err) {
+				return names, fmt.Errorf("update image %s: %w", img.Name, classify(err))
+			}
+			if _, err := is.Create(ctx, img); err != nil {
+				return names, fmt.Errorf("create image %s: %w", img.Name, classify(err))
+			}
+		}
+		names = append(names, img.Name)
+	}
+	return names, nil
+}
+
+// images walks the imported index for all platforms, labels every blob for the garbage collector
+// as a child of its parent, and returns one image per named manifest of the index.
+func (s *Store) images(ctx context.Context, cs content.Store, index ocispec.Descriptor) ([]images.Image, error) {
+	var imgs []images.Image
+	var handler images.HandlerFunc = func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		if desc.Digest != index.Digest {
+			return images.Children(ctx, cs, desc)
+		}
+		p, err := content.ReadBlob(ctx, cs, desc)
+		if err != nil {
+			return nil, err
+		}
+		var idx ocispec.Index
+		if err := json.Unmarshal(p, &idx); err != nil {
+			return nil, fmt.Errorf("decode index: %w", err)
+		}
+		for _, m := range idx.Manifests {
+			if name := imageName(m.Annotations); name != "" {
+				imgs = append(imgs, images.Image{Name: name, Target: m})
+			}
+		}
+		return idx.Manifests, nil
+	}
+	h := images.SetChildrenLabels(cs, images.FilterPlatforms(handler, platforms.All))
+	if err := images.WalkNotEmpty(ctx, h, index); err != nil {
+		return nil, fmt.Errorf("walk archive index: %w", classify(err))
+	}
+	return imgs, nil
+}
+
+// imageName is the image name an archive's index gives a manifest: containerd's annotation, which
+// docker-save archives of both layouts carry, else an OCI reference name that is a full reference.
+func imageName(a map[string]string) string {
+	if n := a[images.AnnotationImageName]; n != "" {
+		return n
+	}
+	if n := a[ocispec.AnnotationRefName]; n != "" && strings.Contains(n, "/") {
+		return n
+	}
+	return ""
+}

@@ -1,0 +1,121 @@
+package preload
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/release"
+)
+
+// Action is what a plan does with one archive.
+type Action string
+
+// The actions of a plan.
+const (
+	// ActionSkip leaves an archive alone: every image it lists is present, or it lists none.
+	ActionSkip Action = "skip"
+	// ActionImport streams an archive into the store: at least one image it lists is missing.
+	ActionImport Action = "import"
+)
+
+// ArchiveImages is one archive of the release's bundle with the references its list names.
+type ArchiveImages struct {
+	release.Archive
+	// Images are the archive's listed references, normalised, in list order.
+	Images []string `json:"images"`
+}
+
+// Step is the plan for one archive.
+type Step struct {
+	ArchiveImages
+	// Missing are the listed images the store lacks when the plan is made.
+	Missing []string `json:"missing,omitempty"`
+	// Action is what the preload does with the archive.
+	Action Action `json:"action"`
+	// Reason says why, for people.
+	Reason string `json:"reason"`
+}
+
+// Plan is what a preload would do, one step per archive in bundle order.
+type Plan struct {
+	Steps []Step `json:"steps"`
+}
+
+// Imports returns the steps that import an archive.
+func (p *Plan) Imports() []Step {
+	var out []Step
+	for _, s := range p.Steps {
+		if s.Action == ActionImport {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// LoadArchives reads the bundle index and every image list of the release in fsys.
+func LoadArchives(fsys fs.FS) ([]ArchiveImages, error) {
+	b, err := release.LoadBundle(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("load bundle: %w", err)
+	}
+	out := make([]ArchiveImages, 0, len(b.Archives))
+	for _, a := range b.Archives {
+		refs, err := release.LoadImageList(fsys, a)
+		if err != nil {
+			return nil, fmt.Errorf("load image list of %s: %w", a.Name(), err)
+		}
+		out = append(out, ArchiveImages{Archive: a, Images: refs})
+	}
+	return out, nil
+}
+
+// MakePlan decides, for each archive, whether to import it: an archive is skipped when the store
+// holds every image its list names (or the list names none) and imported otherwise. It asks p
+// once for all listed images and changes nothing.
+func MakePlan(ctx context.Context, p Presence, archives []ArchiveImages) (*Plan, error) {
+	var all []string
+	for _, a := range archives {
+		all = append(all, a.Images...)
+	}
+	missing := map[string]bool{}
+	if len(all) > 0 {
+		m, err := p.Missing(ctx, all)
+		if err != nil {
+			return nil, fmt.Errorf("check present images: %w", err)
+		}
+		for _, ref := range m {
+			missing[ref] = true
+		}
+	}
+	plan := &Plan{Steps: make([]Step, 0, len(archives))}
+	for _, a := range archives {
+		s := Step{ArchiveImages: a}
+		for _, ref := range a.Images {
+			if missing[ref] {
+				s.Missing = append(s.Missing, ref)
+			}
+		}
+		switch {
+		case len(a.Images) == 0:
+			s.Action, s.Reason = ActionSkip, "the image list names no image"
+		case len(s.Missing) == 0:
+			s.Action, s.Reason = ActionSkip, fmt.Sprintf("all %d listed images are present", len(a.Images))
+		default:
+			s.Action = ActionImport
+			s.Reason = fmt.Sprintf("%d of %d listed images are missing: %s",
+				len(s.Missing), len(a.Images), summarize(s.Missing, 3))
+		}
+		plan.Steps = append(plan.Steps, s)
+	}
+	return plan, nil
+}
+
+// summarize joins the first n references and counts the rest.
+func summarize(refs []string, n int) string {
+	if len(refs) <= n {
+		return strings.Join(refs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(refs[:n], ", "), len(refs)-n)
+}

@@ -1,0 +1,297 @@
+package preload
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrIncomplete is returned by Run when, after the imports, some listed images are not present.
+var ErrIncomplete = errors.New("listed images missing after preload")
+
+// ArchiveError is the failure of one archive's import: which archive, from which source, and how
+// far the import got.
+type ArchiveError struct {
+	// Archive is the archive's path in the release.
+	Archive string
+	// Source names the source it was read from, empty when no source could open it.
+	Source string
+	// Offset is how many compressed bytes were read; Size the archive's size, -1 when unknown.
+	Offset, Size int64
+	// Decoded is how many uncompressed bytes the store's import consumed.
+	Decoded int64
+	Err     error
+}
+
+func (e *ArchiveError) Error() string {
+	if e.Source == "" {
+		return fmt.Sprintf("archive %s: %v", e.Archive, e.Err)
+	}
+	return fmt.Sprintf("archive %s from %s: failed at byte %d of %d (%d bytes decompressed): %v",
+		e.Archive, e.Source, e.Offset, e.Size, e.Decoded, e.Err)
+}
+
+func (e *ArchiveError) Unwrap() error { return e.Err }
+
+// Preloader imports a release's images into a Store. It is safe to call Status while Run runs;
+// Run itself must not be called concurrently on one Preloader.
+type Preloader struct {
+	store       Store
+	sources     []Source
+	log         *slog.Logger
+	reg         prometheus.Registerer
+	concurrency int
+	decoders    int
+	retry       backoff
+	copyDir     string
+	m           *metrics
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Option configures a Preloader.
+type Option func(*Preloader)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(p *Preloader) { p.log = l } }
+
+// WithRegisterer registers the preload's metrics on reg; without it they are kept but not exported.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(p *Preloader) { p.reg = reg } }
+
+// WithConcurrency sets how many archives import at once (default 2, at least 1).
+func WithConcurrency(n int) Option { return func(p *Preloader) { p.concurrency = max(n, 1) } }
+
+// WithRetry sets how often a transient error is retried (attempts in all, default 5) and the
+// first wait between attempts (default 250ms, doubling up to 5s).
+func WithRetry(attempts int, base time.Duration) Option {
+	return func(p *Preloader) { p.retry.attempts, p.retry.base = max(attempts, 1), base }
+}
+
+// WithCopyDir also places every archive, compressed as it is, into dir once its images are
+// present, for a runtime that imports that directory by itself on restart (RKE2 reads
+// /var/lib/rancher/rke2/agent/images). A file already there with the same size is kept.
+func WithCopyDir(dir string) Option { return func(p *Preloader) { p.copyDir = dir } }
+
+// New returns a Preloader that imports into store, reading archives from the first of sources
+// that holds each one.
+func New(store Store, sources []Source, opts ...Option) (*Preloader, error) {
+	if store == nil {
+		return nil, errors.New("preload: no store")
+	}
+	if len(sources) == 0 {
+		return nil, errors.New("preload: no source")
+	}
+	p := &Preloader{
+		store:       store,
+		sources:     sources,
+		log:         slog.New(slog.DiscardHandler),
+		concurrency: 2,
+		decoders:    2,
+		retry:       backoff{attempts: 5, base: 250 * time.Millisecond, max: 5 * time.Second},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	m, err := newMetrics(p.reg)
+	if err != nil {
+		return nil, fmt.Errorf("preload: register metrics: %w", err)
+	}
+	p.m = m
+	return p, nil
+}
+
+// Status returns a snapshot of the current or last run's progress.
+func (p *Preloader) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status.clone()
+}
+
+// Plan reads the release's bundle and image lists from meta and decides what Run would do,
+// changing nothing.
+func (p *Preloader) Plan(ctx context.Context, meta fs.FS) (*Plan, error) {
+	archives, err := LoadArchives(meta)
+	if err != nil {
+		return nil, err
+	}
+	return MakePlan(ctx, p.store, archives)
+}
+
+// Run preloads the release whose bundle and image lists are in meta: it plans, imports the
+// archives the plan names (in parallel up to the concurrency limit, retrying transient errors),
+// then checks every listed image. It returns the plan and the final status; the error joins
+// every archive's *ArchiveError and ErrIncomplete when images are still missing.
+func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) {
+	p.setStatus(Status{State: StatePreloading, Reason: ReasonPlanned})
+	plan, err := p.Plan(ctx, meta)
+	if err != nil {
+		st := p.finish(StateFailed, ReasonMetadataFailed, err.Error())
+		return nil, st, err
+	}
+	p.initStatus(plan)
+
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, p.concurrency)
+		errs = make([]error, len(plan.Steps))
+	)
+	for i, s := range plan.Steps {
+		if s.Action != ActionImport {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = &ArchiveError{Archive: s.Archive.Archive, Err: context.Cause(ctx)}
+				p.archiveFailed(i, errs[i])
+				return
+			}
+			defer func() { <-sem }()
+			errs[i] = p.importStep(ctx, i, s)
+		}()
+	}
+	wg.Wait()
+
+	// Every listed image is checked again, imported or not: that is what the node reports.
+	var all []string
+	for _, s := range plan.Steps {
+		all = append(all, s.Images...)
+	}
+	var missing []string
+	if len(all) > 0 {
+		if missing, err = p.store.Missing(ctx, all); err != nil {
+			err = fmt.Errorf("check present images: %w", err)
+			st := p.finish(StateFailed, ReasonImportFailed, err.Error())
+			return plan, st, errors.Join(append(errs, err)...)
+		}
+	}
+	p.recordMissing(plan, missing)
+
+	if p.copyDir != "" {
+		for i, s := range plan.Steps {
+			if errs[i] == nil && len(s.Images) > 0 {
+				if err := p.copyArchive(ctx, s); err != nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+
+	failed := errors.Join(errs...)
+	switch {
+	case failed != nil:
+		st := p.finish(StateFailed, ReasonImportFailed, failed.Error())
+		if len(missing) > 0 {
+			failed = errors.Join(failed, fmt.Errorf("%w: %s", ErrIncomplete, summarize(missing, 5)))
+		}
+		return plan, st, failed
+	case len(missing) > 0:
+		err := fmt.Errorf("%w: %d of %d: %s", ErrIncomplete, len(missing), len(all), summarize(missing, 5))
+		return plan, p.finish(StateFailed, ReasonImagesMissing, err.Error()), err
+	}
+	msg := fmt.Sprintf("all %d listed images are present", len(all))
+	return plan, p.finish(StatePreloaded, ReasonAllPresent, msg), nil
+}
+
+// importStep imports one archive, retrying the whole import when the store reports a transient
+// error. The stream itself resumes inside resumer.
+func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
+	log := p.log.With("archive", s.Name())
+	for n := 1; ; n++ {
+		err := p.importOnce(ctx, i, s)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrTransient) || n >= p.retry.attempts || ctx.Err() != nil {
+			log.Warn("archive import failed", "err", err)
+			p.archiveFailed(i, err)
+			return err
+		}
+		log.Info("retrying archive import", "attempt", n+1, "err", err)
+		p.m.retries.Inc()
+		if werr := p.retry.wait(ctx, n); werr != nil {
+			p.archiveFailed(i, werr)
+			return &ArchiveError{Archive: s.Archive.Archive, Err: werr}
+		}
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (p *Preloader) importOnce(ctx context.Context, i int, s Step) error {
+	start := time.Now()
+	src, rc, size, err := p.open(ctx, s.Archive.Archive)
+	if err != nil {
+		return &ArchiveError{Archive: s.Archive.Archive, Err: err}
+	}
+	name := s.Name()
+	p.archiveStarted(i, src.Name(), size)
+	r := &resumer{
+		ctx: ctx, src: src, path: s.Archive.Archive, size: size, rc: rc, retry: p.retry,
+		onRead: func(n int) { p.archiveRead(i, name, n) },
+		onRetry: func(err error) {
+			p.m.retries.Inc()
+			p.log.Info("reopening archive stream", "archive", name, "source", src.Name(), "err", err)
+		},
+	}
+	defer r.Close()
+	// The decoder keeps at most a few windows in memory; a big read buffer keeps reads from the
+	// ISO or the network large.
+	dec, err := zstd.NewReader(bufio.NewReaderSize(r, 256<<10),
+		zstd.WithDecoderConcurrency(p.decoders),
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(64<<20))
+	if err != nil {
+		return &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Size: size, Err: err}
+	}
+	defer dec.Close()
+	tar := &countingReader{r: dec}
+	names, err := p.store.Import(ctx, tar)
+	if err != nil {
+		return &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Offset: r.off, Size: r.size, Decoded: tar.n, Err: err}
+	}
+	p.log.Info("archive imported", "archive", name, "source", src.Name(), "images", len(names),
+		"bytes", r.off, "seconds", time.Since(start).Seconds())
+	p.archiveImported(i)
+	return nil
+}
+
+// open opens the archive from the first source that holds it.
+func (p *Preloader) open(ctx context.Context, path string) (Source, io.ReadCloser, int64, error) {
+	var errs []error
+	for _, src := range p.sources {
+		rc, size, err := src.Open(ctx, path, 0)
+		if err == nil {
+			return src, rc, size, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", src.Name(), err))
+		if !errors.Is(err, ErrNotFound) {
+			// A source that holds the archive but failed is reported; the next one may still serve.
+			p.log.Warn("archive source failed", "archive", path, "source", src.Name(), "err", err)
+		}
+	}
+	return nil, nil, 0, fmt.Errorf("no source could open it: %w", errors.Join(errs...))
+}
