@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# verify-chart.sh [verify|update|tools]: checks the Helm chart and the kustomize manifests.
+#   verify (default): helm lint; renders the chart with several value sets and checks what each
+#                     must and must not contain; checks that the chart README (helm-docs), the
+#                     chart's copies of the generated CRDs and RBAC rules and the rendered
+#                     manifests/ are up to date.
+#   update:           regenerates all of those.
+#   tools:            installs the pinned helm and helm-docs into bin/ and prints helm's path.
+# helm and helm-docs are installed from the Go module proxy at pinned versions on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-verify}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+HELM_DOCS_VERSION=${HELM_DOCS_VERSION:-v1.14.2}
+chart=charts/upgrade-repo
+bin=$PWD/bin
+helm=$bin/helm-$HELM_VERSION
+helm_docs=$bin/helm-docs-$HELM_DOCS_VERSION
+
+install_tool() { # install_tool PACKAGE VERSION TARGET
+  [ -x "$3" ] && return
+  echo "verify-chart: installing $1@$2 (first use compiles it)" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN=$tmp GOFLAGS=-mod=mod CGO_ENABLED=0 go install "$1@$2"
+  mkdir -p "$bin"
+  mv "$tmp/$(basename "$1")" "$3"
+  rm -rf "$tmp"
+}
+install_tool helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm"
+if [ "$mode" = tools ]; then echo "$helm"; exit 0; fi
+install_tool github.com/norwoodj/helm-docs/cmd/helm-docs "$HELM_DOCS_VERSION" "$helm_docs"
+
+fail() { echo "verify-chart: $*" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Generated inputs the chart copies: the CRDs and the sequencer's RBAC rules (controller-gen).
+sync_generated() { # sync_generated DIR: writes the chart's copies into DIR (same layout as the chart)
+  mkdir -p "$1/crds" "$1/files"
+  local f c
+  for f in manifests/crd/*.yaml; do
+    [ -e "$f" ] && [ "$(basename "$f")" != kustomization.yaml ] && cp "$f" "$1/crds/"
+  done
+  for c in agent sequencer; do
+    [ -f "manifests/rbac/$c/role.yaml" ] && cp "manifests/rbac/$c/role.yaml" "$1/files/$c-role.yaml"
+  done
+  true
+}
+
+# The kustomize base is the chart rendered with its defaults, minus Helm's own labels, with the
+# gossip key left to a Secret the user creates (a random key cannot live in a static manifest) and
+# the ClusterRoles taken from manifests/rbac instead of the chart.
+render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DIR/kustomization.yaml
+  {
+    echo "# The upgrade-repo base: the generated CRDs and ClusterRoles, and the chart rendered with its"
+    echo "# defaults. Written by hack/verify-chart.sh update; do not edit."
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources:"
+    echo "  - namespace.yaml"
+    local f
+    for f in manifests/crd/*.yaml manifests/rbac/*/role.yaml; do
+      [ -e "$f" ] && echo "  - ${f#manifests/}"
+    done
+    echo "  - upgrade-repo.yaml"
+  } > "$1/kustomization.yaml"
+  {
+    echo "# Rendered from charts/upgrade-repo with its default values by hack/verify-chart.sh update."
+    echo "# Do not edit: change the chart and regenerate."
+    "$helm" template upgrade-repo "$chart" --namespace upgrade-repo-system \
+      --set gossip.existingSecret=upgrade-repo-gossip --set rbac.create=false |
+      grep -v -e '^ *helm.sh/chart:' -e '^ *app.kubernetes.io/managed-by:'
+  } > "$1/upgrade-repo.yaml"
+}
+
+if [ "$mode" = update ]; then
+  sync_generated "$chart"
+  "$helm_docs" --chart-search-root "$chart" --template-files README.md.gotmpl >/dev/null 2>&1 || fail "helm-docs failed"
+  render_manifests manifests
+  echo "verify-chart: chart README, generated copies and manifests/ updated" >&2
+  exit 0
+fi
+[ "$mode" = verify ] || fail "unknown mode $mode (verify, update or tools)"
+
+# 1. The chart's copies of generated files and its README are current.
+mkdir -p "$work/gen"
+sync_generated "$work/gen"
+for f in "$work"/gen/crds/* "$work"/gen/files/*; do
+  [ -e "$f" ] || continue
+  rel=${f#"$work"/gen/}
+  cmp -s "$f" "$chart/$rel" || fail "$chart/$rel differs from its source in manifests/: run hack/verify-chart.sh update"
+done
+for f in "$chart"/crds/* "$chart"/files/*; do
+  [ -e "$f" ] || continue
+  [ -e "$work/gen/${f#"$chart"/}" ] || fail "$f has no source in manifests/ any more: run hack/verify-chart.sh update"
+done
+cp -r "$chart" "$work/chart"
+"$helm_docs" --chart-search-root "$work/chart" --template-files README.md.gotmpl >/dev/null 2>&1
+diff -u "$chart/README.md" "$work/chart/README.md" >&2 || fail "$chart/README.md is stale: run hack/verify-chart.sh update"
+mkdir -p "$work/manifests"
+render_manifests "$work/manifests"
+for f in kustomization.yaml upgrade-repo.yaml; do
+  diff -u "manifests/$f" "$work/manifests/$f" >&2 || fail "manifests/$f is stale: run hack/verify-chart.sh update"
+done
+
+# 2. Lint with the defaults and with every feature switched on.
+"$helm" lint --strict "$chart" >/dev/null || { "$helm" lint --strict "$chart" >&2; fail "helm lint failed"; }
+"$helm" lint --strict "$chart" --set release.isoURL=http://origin/release.iso \
+  --set release.isoChecksum=sha512:00 --set gossip.key=0123456789abcdef >/dev/null || fail "helm lint with an origin failed"
+
+# 3. Render value sets and check what each must (and must not) contain.
+render() { # render NAME ARGS...: renders into $work/NAME.yaml
+  local name=$1; shift
+  "$helm" template t "$chart" --namespace ns "$@" > "$work/$name.yaml" || fail "render $name failed"
+}
+has() { grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: expected a line matching '$2'"; }
+hasnt() { ! grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: unexpected line matching '$2'"; }
+
+render defaults
+has defaults 'kind: DaemonSet'
+has defaults '- --join=t-upgrade-repo-peers\.ns\.svc'
+has defaults 'publishNotReadyAddresses: true'
+has defaults 'type: Socket'
+has defaults 'path: /var/lib/upgrade-repo$'
+has defaults 'node-role.kubernetes.io/control-plane'
+has defaults 'name: GOMEMLIMIT'
+has defaults 'resource: limits.memory'
+has defaults 'readOnlyRootFilesystem: true'
+has defaults 'kind: Secret'
+hasnt defaults 'privileged: true'
+hasnt defaults 'allowPrivilegeEscalation: true'
+hasnt defaults 'kind: ServiceMonitor'
+hasnt defaults '--iso-url'
+
+render origin --set release.isoURL=https://example.org/r.iso --set release.isoChecksum=sha512:ab \
+  --set agent.goMemLimit=450MiB --set agent.cacheDir=/data/cache --set log.level=debug
+has origin '- --iso-url=https://example.org/r.iso'
+has origin '- --iso-checksum=sha512:ab'
+has origin 'value: "450MiB"'
+has origin 'path: /data/cache$'
+has origin 'value: "debug"'
+
+render monitored --set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prom \
+  --api-versions monitoring.coreos.com/v1
+has monitored 'kind: ServiceMonitor'
+has monitored 'release: prom'
+
+render existing --set gossip.existingSecret=my-key --set sequencer.enabled=false
+hasnt existing 'kind: Secret'
+has existing 'secretName: my-key'
+hasnt existing 'kind: Deployment'
+
+render fixedkey --set gossip.key=0123456789abcdef0123456789abcdef
+has fixedkey "key: \"$(printf 0123456789abcdef0123456789abcdef | base64 -w0)\""
+
+# 4. Bad values fail with a clear message instead of rendering something broken.
+refuse() { # refuse WANT ARGS...: the render must fail and say WANT
+  local want=$1; shift
+  if out=$("$helm" template t "$chart" "$@" 2>&1); then fail "render with $* should have failed"; fi
+  grep -q -- "$want" <<<"$out" || fail "render with $* failed without saying '$want': $out"
+}
+refuse 'release.isoChecksum' --set release.isoURL=http://x/r.iso
+refuse 'gossip.key must be 16, 24 or 32' --set gossip.key=short
+refuse 'monitoring.coreos.com/v1' --set serviceMonitor.enabled=true
+
+# 5. The kustomize base builds, when a kustomize is at hand.
+if command -v kubectl >/dev/null 2>&1 && kubectl kustomize --help >/dev/null 2>&1; then
+  kubectl kustomize manifests > "$work/kustomized.yaml" || fail "kubectl kustomize manifests failed"
+  grep -q 'kind: DaemonSet' "$work/kustomized.yaml" || fail "kustomize output lacks the agent DaemonSet"
+fi
+echo "verify-chart: chart lints, renders and is up to date" >&2
