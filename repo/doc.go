@@ -1,0 +1,13 @@
+// Package repo serves a release over HTTP from any fs.FS: the files of the release ISO (GET and
+// HEAD, single and multiple ranges, If-Range, strong ETags, conditional requests, directory
+// listings in JSON and HTML), the release metadata parsed (/v1/release, /v1/bundle, /v1/images),
+// health, readiness and Prometheus metrics. Every path is also served under /harvester-iso/.
+//
+// repo knows fs.FS and HTTP, not where the files come from. When the file system also implements
+// SpanFS (it knows where each file's bytes lie in one backing file) and WithBackingFile names that
+// file, large files are sent with sendfile straight from the backing file: no byte of their content
+// passes through user space. Small files are served from memory.
+//
+// Handler serves one release; Server adds /livez, /readyz and /metrics around the Handler that is
+// current, so a process can listen before its release is verified and indexed.
+package repo

@@ -1,0 +1,415 @@
+package repo
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Prefix is the path prefix under which every path is served as well, as existing upgrade scripts
+// expect it.
+const Prefix = "/harvester-iso"
+
+// Defaults of the options.
+const (
+	DefaultSmallFileLimit = 64 << 10
+	DefaultMemoryBudget   = 4 << 20
+)
+
+// Option configures a Handler.
+type Option func(*config)
+
+type config struct {
+	backing     string
+	identity    string
+	volumeID    string
+	modTime     time.Time
+	log         *slog.Logger
+	metrics     *Metrics
+	smallLimit  int64
+	memoryLimit int64
+}
+
+// WithBackingFile names the file whose byte ranges SpanFS.Span reports (the ISO image). With it,
+// large files are sent with sendfile from that file.
+func WithBackingFile(path string) Option { return func(c *config) { c.backing = path } }
+
+// WithIdentity sets the identity of the image (such as its checksum, or its volume id, size and
+// times) from which, with each file's path and size, the strong ETags derive.
+func WithIdentity(id string) Option { return func(c *config) { c.identity = id } }
+
+// WithVolumeID sets the volume id shown in the release info metric.
+func WithVolumeID(id string) Option { return func(c *config) { c.volumeID = id } }
+
+// WithModTime sets the Last-Modified time of every file (the image's modification time). Without
+// it each file's own modification time is used.
+func WithModTime(t time.Time) Option { return func(c *config) { c.modTime = t } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithMetrics sets the metrics the Handler records into (default: none).
+func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
+
+// WithSmallFileLimit sets the size up to which files are served from memory (default 64 KiB).
+func WithSmallFileLimit(n int64) Option { return func(c *config) { c.smallLimit = n } }
+
+// WithMemoryBudget bounds the bytes of small files kept in memory (default 4 MiB); files beyond
+// the budget are read on each request.
+func WithMemoryBudget(n int64) Option { return func(c *config) { c.memoryLimit = n } }
+
+// entry is one indexed file or directory.
+type entry struct {
+	name     string // fs.FS path; "." for the root
+	dir      bool
+	size     int64
+	modTime  time.Time
+	etag     string
+	ctype    string
+	spanOff  int64
+	spanLen  int64
+	hasSpan  bool
+	children []string // directories: child names, sorted
+}
+
+// Handler serves one release: its files under / and /harvester-iso/, and its metadata under
+// /v1/. It is safe for concurrent use and immutable once New returns.
+type Handler struct {
+	fsys    fs.FS
+	cfg     config
+	index   map[string]*entry
+	meta    metadata
+	version string
+
+	mu     sync.RWMutex
+	cache  map[string][]byte
+	cached int64
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New indexes fsys and parses the release metadata it holds. A release without metadata is
+// served too: its /v1/ endpoints answer 404 with a JSON error.
+func New(fsys fs.FS, opts ...Option) (*Handler, error) {
+	cfg := config{smallLimit: DefaultSmallFileLimit, memoryLimit: DefaultMemoryBudget}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{fsys: fsys, cfg: cfg, index: map[string]*entry{}, cache: map[string][]byte{}}
+	if err := h.buildIndex(); err != nil {
+		return nil, err
+	}
+	h.meta = loadMetadata(fsys, h.index)
+	if h.meta.release != nil {
+		h.version = h.meta.release.Harvester
+	}
+	if cfg.metrics != nil {
+		cfg.metrics.info.Reset()
+		cfg.metrics.info.WithLabelValues(cfg.volumeID, h.version).Set(1)
+	}
+	for _, e := range h.meta.problems {
+		cfg.log.Warn("release metadata unusable", "error", e)
+	}
+	return h, nil
+}
+
+// Version returns the Harvester version of the release, or "" without release metadata.
+func (h *Handler) Version() string { return h.version }
+
+// Entries returns the number of files and directories indexed.
+func (h *Handler) Entries() int { return len(h.index) }
+
+func (h *Handler) buildIndex() error {
+	spans, _ := h.fsys.(SpanFS)
+	err := fs.WalkDir(h.fsys, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		e := &entry{name: name, dir: d.IsDir(), size: fi.Size(), modTime: fi.ModTime()}
+		if !h.cfg.modTime.IsZero() {
+			e.modTime = h.cfg.modTime
+		}
+		if !e.dir && !fi.Mode().IsRegular() {
+			return nil // symlinks and devices are not served
+		}
+		if e.dir {
+			e.size = 0
+		} else {
+			e.etag = etag(h.cfg.identity, name, e.size)
+			e.ctype = contentType(name)
+			if spans != nil && e.size > h.cfg.smallLimit {
+				e.spanOff, e.spanLen, e.hasSpan = spans.Span(name)
+				e.hasSpan = e.hasSpan && e.spanLen == e.size
+			}
+		}
+		h.index[name] = e
+		if name != "." {
+			parent := h.index[path.Dir(name)]
+			parent.children = append(parent.children, path.Base(name))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index release: %w", err)
+	}
+	for _, e := range h.index {
+		if e.dir {
+			sort.Strings(e.children)
+		}
+	}
+	return nil
+}
+
+// etag is a strong entity tag from the image identity, the path and the size.
+func etag(identity, name string, size int64) string {
+	s := sha256.New()
+	io.WriteString(s, identity)
+	s.Write([]byte{0})
+	io.WriteString(s, name)
+	s.Write([]byte{0})
+	io.WriteString(s, strconv.FormatInt(size, 10))
+	return `"` + hex.EncodeToString(s.Sum(nil)[:16]) + `"`
+}
+
+// contentType returns the explicit type of the files a release holds; content is never sniffed.
+func contentType(name string) string {
+	base := strings.ToLower(path.Base(name))
+	switch {
+	case strings.HasSuffix(base, ".tar.zst"), strings.HasSuffix(base, ".zst"):
+		return "application/zstd"
+	case strings.HasSuffix(base, ".tar.gz"), strings.HasSuffix(base, ".tgz"), strings.HasSuffix(base, ".gz"):
+		return "application/gzip"
+	}
+	switch path.Ext(base) {
+	case ".yaml", ".yml":
+		return "application/yaml"
+	case ".txt", ".sha512", ".sha256", ".md", ".cfg", ".conf":
+		return "text/plain; charset=utf-8"
+	case ".json":
+		return "application/json"
+	case ".html", ".htm":
+		return "text/html; charset=utf-8"
+	case ".iso":
+		return "application/x-iso9660-image"
+	case ".tar":
+		return "application/x-tar"
+	case ".squashfs":
+		return "application/vnd.squashfs"
+	case ".xz":
+		return "application/x-xz"
+	case ".qcow2", ".img", ".efi", ".bin":
+		return "application/octet-stream"
+	}
+	return "application/octet-stream"
+}
+
+// ServeHTTP answers GET and HEAD for files, directories and the /v1/ metadata endpoints.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: use GET or HEAD", r.Method))
+		return
+	}
+	p := r.URL.Path
+	switch p {
+	case "/v1/release":
+		h.serveMeta(w, r, h.meta.releaseJSON, h.meta.releaseErr)
+		return
+	case "/v1/bundle":
+		h.serveMeta(w, r, h.meta.bundleJSON, h.meta.bundleErr)
+		return
+	case "/v1/images":
+		h.serveMeta(w, r, h.meta.imagesJSON, h.meta.bundleErr)
+		return
+	}
+	prefix := ""
+	if p == Prefix || strings.HasPrefix(p, Prefix+"/") {
+		prefix, p = Prefix, strings.TrimPrefix(p, Prefix)
+	}
+	name, err := fsName(p)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	e := h.index[name]
+	if e == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s: no such file in the release", cleanURLPath(name)))
+		return
+	}
+	if e.dir {
+		h.serveDir(w, r, prefix, e)
+		return
+	}
+	h.serveFile(w, r, e)
+}
+
+// fsName turns a URL path into an fs.FS name inside the image. Dot-dot elements are resolved
+// against the root (they can never leave it); NUL bytes and backslashes are refused.
+func fsName(p string) (string, error) {
+	if strings.ContainsAny(p, "\x00\\") {
+		return "", fmt.Errorf("path %q holds a NUL byte or a backslash", p)
+	}
+	name := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if name == "" {
+		name = "."
+	}
+	if !fs.ValidPath(name) {
+		return "", fmt.Errorf("path %q is not valid", p)
+	}
+	return name, nil
+}
+
+func cleanURLPath(name string) string {
+	if name == "." {
+		return "/"
+	}
+	return "/" + name
+}
+
+func (h *Handler) setFileHeaders(w http.ResponseWriter, e *entry) {
+	hd := w.Header()
+	hd["Content-Type"] = []string{e.ctype}
+	hd["Etag"] = []string{e.etag}
+	hd["Accept-Ranges"] = []string{"bytes"}
+}
+
+func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
+	if e.size <= h.cfg.smallLimit {
+		data, err := h.small(e)
+		if err != nil {
+			h.cfg.log.Error("read file", "path", e.name, "error", err)
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: cannot be read", cleanURLPath(e.name)))
+			return
+		}
+		h.setFileHeaders(w, e)
+		cw := countingSeeker{ReadSeeker: bytes.NewReader(data)}
+		http.ServeContent(w, r, "", e.modTime, &cw)
+		if cw.n > 0 {
+			h.cfg.metrics.file(modeMemory, cw.n)
+		}
+		return
+	}
+	if e.hasSpan && h.cfg.backing != "" {
+		f, err := os.Open(h.cfg.backing)
+		if err != nil {
+			h.cfg.log.Error("open backing file", "path", h.cfg.backing, "error", err)
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: the image cannot be opened", cleanURLPath(e.name)))
+			return
+		}
+		defer f.Close()
+		h.serveExtent(w, r, e, &extentReader{f: f, base: e.spanOff, size: e.size})
+		return
+	}
+	f, err := h.fsys.Open(e.name)
+	if err != nil {
+		h.cfg.log.Error("open file", "path", e.name, "error", err)
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: cannot be opened", cleanURLPath(e.name)))
+		return
+	}
+	defer f.Close()
+	if osf, ok := f.(*os.File); ok {
+		// A file system of real files (os.DirFS): each file is its own extent.
+		h.serveExtent(w, r, e, &extentReader{f: osf, size: e.size})
+		return
+	}
+	rs, ok := f.(io.ReadSeeker)
+	if !ok {
+		ra, ok := f.(io.ReaderAt)
+		if !ok {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: the file system cannot seek in it", cleanURLPath(e.name)))
+			return
+		}
+		rs = io.NewSectionReader(ra, 0, e.size)
+	}
+	h.setFileHeaders(w, e)
+	cw := countingSeeker{ReadSeeker: rs}
+	http.ServeContent(w, r, "", e.modTime, &cw)
+	if cw.n > 0 {
+		h.cfg.metrics.file(modeCopied, cw.n)
+	}
+}
+
+func (h *Handler) serveExtent(w http.ResponseWriter, r *http.Request, e *entry, x *extentReader) {
+	h.setFileHeaders(w, e)
+	http.ServeContent(w, r, "", e.modTime, x)
+	direct := x.sentDirect()
+	switch {
+	case direct > 0:
+		h.cfg.metrics.file(modeZeroCopy, direct)
+		if x.copied > 0 {
+			h.cfg.metrics.fileBytes.WithLabelValues(modeCopied).Add(float64(x.copied))
+		}
+	case x.copied > 0:
+		h.cfg.metrics.file(modeCopied, x.copied)
+	}
+}
+
+// small returns the content of a small file, from memory when the budget allows.
+func (h *Handler) small(e *entry) ([]byte, error) {
+	h.mu.RLock()
+	data, ok := h.cache[e.name]
+	h.mu.RUnlock()
+	if ok {
+		return data, nil
+	}
+	data, err := fs.ReadFile(h.fsys, e.name)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != e.size {
+		return nil, fmt.Errorf("read %d bytes of %d", len(data), e.size)
+	}
+	h.mu.Lock()
+	if _, ok := h.cache[e.name]; !ok && h.cached+e.size <= h.cfg.memoryLimit {
+		h.cache[e.name] = data
+		h.cached += e.size
+	}
+	h.mu.Unlock()
+	return data, nil
+}
+
+// countingSeeker counts the bytes read from a ReadSeeker.
+type countingSeeker struct {
+	io.ReadSeeker
+	n int64
+}
+
+func (c *countingSeeker) Read(p []byte) (int, error) {
+	n, err := c.ReadSeeker.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeError answers with a JSON error body.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	hd := w.Header()
+	hd.Del("Etag")
+	hd.Del("Last-Modified")
+	hd.Set("Content-Type", "application/json")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "{\"error\":%s,\"status\":%d}\n", jsonString(msg), code)
+}
+
+// errNotReady is what a Server answers before its Handler is set.
+var errNotReady = errors.New("the release is not ready yet")
