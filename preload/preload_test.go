@@ -1,0 +1,171 @@
+package preload_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/preload/preloadtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tarFor returns distinct fake archive contents; the fake store maps them to images.
+func tarFor(name string) []byte { return []byte(strings.Repeat("tar of "+name+"\n", 100)) }
+
+type fixture struct {
+	dir      string
+	store    *preloadtest.Store
+	archives []preloadtest.Archive
+}
+
+func newFixture(t *testing.T, names ...string) fixture {
+	t.Helper()
+	f := fixture{dir: t.TempDir(), store: preloadtest.NewStore()}
+	for _, n := range names {
+		refs := []string{"docker.io/library/" + n + ":1", "docker.io/library/" + n + "-sidecar:1"}
+		f.store.OnImport(tarFor(n), refs...)
+		f.archives = append(f.archives, preloadtest.Archive{Group: "common", Name: n + ".tar.zst", Refs: refs, Data: preloadtest.Zstd(t, tarFor(n))})
+	}
+	preloadtest.WriteRelease(t, f.dir, f.archives...)
+	return f
+}
+
+// flakySource fails the first open of every archive with a transient error and counts opens.
+type flakySource struct {
+	preload.Source
+	mu    sync.Mutex
+	opens map[string]int
+}
+
+func (s *flakySource) Open(ctx context.Context, path string, off int64) (io.ReadCloser, int64, error) {
+	s.mu.Lock()
+	s.opens[path]++
+	n := s.opens[path]
+	s.mu.Unlock()
+	if n == 1 {
+		return nil, 0, fmt.Errorf("dial: %w", preload.ErrTransient)
+	}
+	return s.Source.Open(ctx, path, off)
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	t.Run("imports missing archives and reports progress", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a", "b", "c")
+		fsys := os.DirFS(f.dir)
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", fsys)}, preload.WithConcurrency(2))
+		require.NoError(t, err)
+		plan, st, err := p.Run(t.Context(), fsys)
+		require.NoError(t, err)
+		require.Len(t, plan.Imports(), 3)
+		require.Equal(t, 3, f.store.Imports())
+		require.Equal(t, preload.StatePreloaded, st.State)
+		require.Equal(t, preload.ReasonAllPresent, st.Reason)
+		require.Equal(t, 6, st.ImagesPresent)
+		require.Equal(t, 6, st.ImagesTotal)
+		var total int64
+		for i, a := range st.Archives {
+			require.Equal(t, preload.PhaseImported, a.Phase)
+			require.Equal(t, "iso", a.Source)
+			require.Equal(t, int64(len(f.archives[i].Data)), a.BytesRead)
+			require.Equal(t, a.BytesTotal, a.BytesRead)
+			total += a.BytesRead
+		}
+		require.Equal(t, total, st.BytesRead)
+		require.Equal(t, st, p.Status())
+	})
+	t.Run("falls through to the next source and retries transient errors", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a", "b")
+		empty := preload.NewFSSource("peer", os.DirFS(t.TempDir()))
+		flaky := &flakySource{Source: preload.NewFSSource("repo", os.DirFS(f.dir)), opens: map[string]int{}}
+		p, err := preload.New(f.store, []preload.Source{empty, flaky}, preload.WithRetry(3, time.Millisecond))
+		require.NoError(t, err)
+		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
+		require.NoError(t, err)
+		for _, a := range st.Archives {
+			require.Equal(t, "repo", a.Source)
+		}
+		require.Equal(t, 2, flaky.opens[preloadtest.ArchivePath(f.archives[0])])
+	})
+	t.Run("no source holds the archive", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a")
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(t.TempDir()))})
+		require.NoError(t, err)
+		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
+		require.ErrorIs(t, err, preload.ErrNotFound)
+		require.ErrorIs(t, err, preload.ErrIncomplete)
+		require.ErrorContains(t, err, "archive bundle/common/images/a.tar.zst: no source could open it")
+		require.Equal(t, preload.StateFailed, st.State)
+		require.Equal(t, []string{"docker.io/library/a:1", "docker.io/library/a-sidecar:1"}, st.Archives[0].Missing)
+	})
+	t.Run("an import that creates fewer images than listed fails with ImagesMissing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a")
+		f.store.OnImport(tarFor("a"), "docker.io/library/a:1")
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))})
+		require.NoError(t, err)
+		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
+		require.ErrorIs(t, err, preload.ErrIncomplete)
+		require.Equal(t, preload.ReasonImagesMissing, st.Reason)
+		require.Equal(t, 1, st.ImagesPresent)
+		require.Equal(t, preload.PhaseFailed, st.Archives[0].Phase)
+	})
+	t.Run("a store error is not retried unless transient", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a")
+		f.store.ImportErr = errors.New("disk full")
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithRetry(3, time.Millisecond))
+		require.NoError(t, err)
+		_, _, err = p.Run(t.Context(), os.DirFS(f.dir))
+		require.ErrorContains(t, err, "disk full")
+		require.Equal(t, 1, f.store.Imports())
+
+		f.store.ImportErr = fmt.Errorf("containerd: %w", preload.ErrTransient)
+		_, _, err = p.Run(t.Context(), os.DirFS(f.dir))
+		require.ErrorIs(t, err, preload.ErrTransient)
+		require.Equal(t, 1+3, f.store.Imports())
+	})
+	t.Run("bad metadata fails with MetadataUnreadable", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "bundle"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "bundle", "metadata.yaml"), []byte("images: [oops"), 0o644))
+		p, err := preload.New(preloadtest.NewStore(), []preload.Source{preload.NewFSSource("iso", os.DirFS(dir))})
+		require.NoError(t, err)
+		_, st, err := p.Run(t.Context(), os.DirFS(dir))
+		require.ErrorContains(t, err, "bundle/metadata.yaml")
+		require.Equal(t, preload.ReasonMetadataFailed, st.Reason)
+	})
+	t.Run("copies archives into the runtime's directory", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "a", "b")
+		out := filepath.Join(t.TempDir(), "agent", "images")
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithCopyDir(out))
+		require.NoError(t, err)
+		_, _, err = p.Run(t.Context(), os.DirFS(f.dir))
+		require.NoError(t, err)
+		for _, a := range f.archives {
+			got, err := os.ReadFile(filepath.Join(out, a.Name))
+			require.NoError(t, err)
+			require.Equal(t, a.Data, got)
+		}
+		entries, err := os.ReadDir(out)
+		require.NoError(t, err)
+		require.Len(t, entries, 2)
+	})
+}
