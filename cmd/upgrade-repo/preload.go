@@ -2,10 +2,171 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 )
 
-// runPreload is not available in this build yet.
-func runPreload(_ context.Context, _ *app, _ []string) error {
-	return errors.New("the preload subcommand is not available in this build yet")
+const preloadUsage = `usage: upgrade-repo preload (--iso FILE | --repo URL) [flags]
+
+Import the release's images into containerd: archives whose listed images are all present are
+skipped, the others are streamed from the ISO (or from the repo Service, with resume) into
+containerd's import. Exits 0 only when every listed image is present afterwards.
+
+`
+
+// runPreload imports a release's images into the node's containerd, once.
+func runPreload(ctx context.Context, a *app, args []string) error {
+	fset := flag.NewFlagSet("preload", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.Usage = func() { fmt.Fprint(a.stderr, preloadUsage); fset.PrintDefaults() }
+	isoFile := fset.String("iso", "", "the release ISO on this node (read first)")
+	repo := fset.String("repo", "", "base URL of the repo Service, used when the ISO lacks an archive or none is given")
+	sock := fset.String("containerd-sock", "/run/containerd/containerd.sock", "containerd's socket (RKE2: /run/k3s/containerd/containerd.sock)")
+	ns := fset.String("namespace", containerd.DefaultNamespace, "containerd namespace")
+	concurrency := fset.Int("concurrency", 2, "archives imported at once")
+	copyDir := fset.String("copy-to", "", "also place the archives in this directory (RKE2: /var/lib/rancher/rke2/agent/images)")
+	dryRun := fset.Bool("dry-run", false, "print what would be imported and why, change nothing")
+	output := fset.String("o", "text", "output format: text or json")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	switch {
+	case fset.NArg() > 0:
+		return fmt.Errorf("%w: preload takes no arguments, got %q", errUsage, fset.Args())
+	case *isoFile == "" && *repo == "":
+		return fmt.Errorf("%w: preload needs --iso FILE or --repo URL", errUsage)
+	case *output != "text" && *output != "json":
+		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, *output)
+	case *concurrency < 1:
+		return fmt.Errorf("%w: --concurrency must be at least 1", errUsage)
+	}
+
+	var (
+		sources []preload.Source
+		meta    fs.FS
+	)
+	if *isoFile != "" {
+		f, err := os.Open(*isoFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		fsys, err := iso.Open(f, st.Size())
+		if err != nil {
+			return fmt.Errorf("open %s: %w", *isoFile, err)
+		}
+		meta = fsys
+		sources = append(sources, preload.NewFSSource("iso", fsys))
+	}
+	if *repo != "" {
+		src, err := preload.NewHTTPSource(*repo, nil)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if meta == nil {
+			meta = src.FS()
+		}
+		sources = append(sources, src)
+	}
+
+	store, err := containerd.New(ctx, *sock, containerd.WithNamespace(*ns), containerd.WithLogger(a.log))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	p, err := preload.New(store, sources,
+		preload.WithLogger(a.log),
+		preload.WithRegisterer(prometheus.NewRegistry()),
+		preload.WithConcurrency(*concurrency),
+		preload.WithCopyDir(*copyDir))
+	if err != nil {
+		return err
+	}
+
+	if *dryRun {
+		plan, err := p.Plan(ctx, meta)
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return writeJSON(a.stdout, map[string]any{"plan": plan})
+		}
+		return printPlan(a.stdout, plan)
+	}
+
+	start := time.Now()
+	stop := logProgress(ctx, a, p)
+	plan, st, runErr := p.Run(ctx, meta)
+	stop()
+	if *output == "json" {
+		if err := writeJSON(a.stdout, map[string]any{"plan": plan, "status": st}); err != nil {
+			return err
+		}
+	} else {
+		if plan != nil {
+			if err := printPlan(a.stdout, plan); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(a.stdout, "%s: %d of %d images present, %d bytes read in %.1fs\n",
+			st.State, st.ImagesPresent, st.ImagesTotal, st.BytesRead, time.Since(start).Seconds())
+	}
+	return runErr
+}
+
+func printPlan(w io.Writer, plan *preload.Plan) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tGROUP\tARCHIVE\tREASON")
+	for _, s := range plan.Steps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Action, s.Group, s.Name(), s.Reason)
+	}
+	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// logProgress logs the preload's progress every ten seconds until the returned stop is called.
+func logProgress(ctx context.Context, a *app, p *preload.Preloader) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				st := p.Status()
+				a.log.Info("preload progress", "images", st.ImagesPresent, "imagesTotal", st.ImagesTotal,
+					"bytes", st.BytesRead, "bytesTotal", st.BytesTotal)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
