@@ -1,0 +1,93 @@
+package acquire
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// ErrChecksumMismatch is returned when content does not have the checksum it should have.
+var ErrChecksumMismatch = errors.New("checksum mismatch")
+
+// Checksum is the expected digest of an ISO. Only sha512 is supported, as release Versions use it.
+type Checksum struct {
+	sum []byte
+}
+
+// ParseChecksum parses "sha512:HEX" (a bare 128-digit hex string is taken as sha512 too).
+func ParseChecksum(s string) (Checksum, error) {
+	algo, hexSum, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		algo, hexSum = "sha512", algo
+	}
+	if !strings.EqualFold(algo, "sha512") {
+		return Checksum{}, fmt.Errorf("checksum %q: algorithm %q is not supported, use sha512:HEX", s, algo)
+	}
+	b, err := hex.DecodeString(hexSum)
+	if err != nil || len(b) != sha512.Size {
+		return Checksum{}, fmt.Errorf("checksum %q: want sha512: followed by %d hex digits", s, 2*sha512.Size)
+	}
+	return Checksum{sum: b}, nil
+}
+
+// IsZero reports whether c is the zero Checksum (none given).
+func (c Checksum) IsZero() bool { return len(c.sum) == 0 }
+
+// Hex returns the digest in hex.
+func (c Checksum) Hex() string { return hex.EncodeToString(c.sum) }
+
+// String returns "sha512:HEX".
+func (c Checksum) String() string { return "sha512:" + c.Hex() }
+
+// Equal reports whether two checksums are the same.
+func (c Checksum) Equal(o Checksum) bool { return bytes.Equal(c.sum, o.sum) }
+
+// Sum computes the sha512 of the file at path. progress, when not nil, is called with the bytes
+// hashed so far, about every 64 MiB.
+func Sum(ctx context.Context, path string, progress func(done int64)) (Checksum, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Checksum{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha512.New()
+	buf := make([]byte, 1<<20)
+	var done, last int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return Checksum{}, fmt.Errorf("hash %s: %w", path, err)
+		}
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		done += int64(n)
+		if progress != nil && done-last >= 64<<20 {
+			progress(done)
+			last = done
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Checksum{}, fmt.Errorf("hash %s: %w", path, err)
+		}
+	}
+	return Checksum{sum: h.Sum(nil)}, nil
+}
+
+// Verify checks that the file at path has checksum want; a mismatch is ErrChecksumMismatch.
+func Verify(ctx context.Context, path string, want Checksum) error {
+	got, err := Sum(ctx, path, nil)
+	if err != nil {
+		return err
+	}
+	if !got.Equal(want) {
+		return fmt.Errorf("verify %s: %w: want %s, got %s", path, ErrChecksumMismatch, want, got)
+	}
+	return nil
+}
