@@ -2,10 +2,155 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
-// runRelease is not available in this build yet.
-func runRelease(_ context.Context, _ *app, _ []string) error {
-	return errors.New("the release subcommand is not available in this build yet")
+const releaseUsage = `usage: upgrade-repo release pack (--out FILE.iso | --tree DIR) [flags]
+
+Build a release ISO in the layout of a Harvester release: harvester-release.yaml,
+bundle/metadata.yaml, zstd-compressed docker-save archives in groups common, rke2 and agent,
+their image lists and image_list_all.txt. Images are synthetic (random layers of --layer-size
+bytes sharing one base layer, all derived from --seed) or taken from docker-save tarballs
+(--tarball); --spec FILE describes the whole release in YAML instead (see release/pack.Spec).
+
+`
+
+// runRelease dispatches the release subcommands (only pack for now).
+func runRelease(ctx context.Context, a *app, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(a.stderr, releaseUsage)
+		if len(args) == 0 {
+			return fmt.Errorf("%w: release needs a subcommand: pack", errUsage)
+		}
+		return nil
+	}
+	if args[0] != "pack" {
+		return fmt.Errorf("%w: unknown release subcommand %q (want pack)", errUsage, args[0])
+	}
+	return runReleasePack(ctx, a, args[1:])
+}
+
+type tarballs []string
+
+func (t *tarballs) String() string     { return fmt.Sprint(*t) }
+func (t *tarballs) Set(v string) error { *t = append(*t, v); return nil }
+
+type sizeFlag struct{ v *pack.Size }
+
+func (s sizeFlag) String() string {
+	if s.v == nil {
+		return "0"
+	}
+	return fmt.Sprint(int64(*s.v))
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := pack.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.v = n
+	return nil
+}
+
+func runReleasePack(ctx context.Context, a *app, args []string) error {
+	fset := flag.NewFlagSet("release pack", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.Usage = func() { fmt.Fprint(a.stderr, releaseUsage); fset.PrintDefaults() }
+	out := fset.String("out", "", "the ISO file to write")
+	tree := fset.String("tree", "", "also (or only) write the release's files into this directory")
+	specFile := fset.String("spec", "", "a YAML Spec of the release (replaces --version, --images, --layer-size, --rootfs-size)")
+	version := fset.String("version", "v1.5.2", "the Harvester version of the release")
+	images := fset.Int("images", 6, "number of synthetic images, spread over the common, rke2 and agent archives")
+	layerSize := pack.Size(1 << 20)
+	fset.Var(sizeFlag{&layerSize}, "layer-size", "size of each synthetic layer, such as 4MiB (every image has a shared base layer and its own)")
+	var rootfs pack.Size
+	fset.Var(sizeFlag{&rootfs}, "rootfs-size", "size of a random rootfs.squashfs to add, such as 1GiB (0: none)")
+	seed := fset.Int64("seed", 1, "seed of every synthetic byte")
+	volumeID := fset.String("volume-id", "", "volume id of the ISO (default HARVESTER_<VERSION>)")
+	var tbs tarballs
+	fset.Var(&tbs, "tarball", "a docker-save tarball whose images join the common group (repeatable)")
+	output := fset.String("o", "text", "output format: text or json")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	switch {
+	case fset.NArg() > 0:
+		return fmt.Errorf("%w: release pack takes no arguments, got %q", errUsage, fset.Args())
+	case *out == "" && *tree == "":
+		return fmt.Errorf("%w: release pack needs --out FILE.iso or --tree DIR", errUsage)
+	case *output != "text" && *output != "json":
+		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, *output)
+	case *images < 0:
+		return fmt.Errorf("%w: --images must not be negative", errUsage)
+	}
+
+	var spec pack.Spec
+	if *specFile != "" {
+		data, err := os.ReadFile(*specFile)
+		if err != nil {
+			return err
+		}
+		s, err := pack.ParseSpec(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", *specFile, err)
+		}
+		spec = *s
+	} else {
+		spec = pack.Demo(*version, *images, layerSize, rootfs)
+		spec.Seed = *seed
+	}
+	if *volumeID != "" {
+		spec.VolumeID = *volumeID
+	}
+	if len(tbs) > 0 {
+		spec.Archives = append(spec.Archives, pack.Archive{Group: "common", Name: "extra-images", Tarballs: tbs})
+	}
+
+	var (
+		res *pack.Result
+		err error
+	)
+	if *tree != "" {
+		if err := os.MkdirAll(*tree, 0o755); err != nil {
+			return err
+		}
+		if res, err = pack.BuildTree(ctx, spec, *tree); err != nil {
+			return err
+		}
+		if *out != "" {
+			if err := pack.MakeISO(ctx, *tree, *out, spec.VolumeIDOrDefault()); err != nil {
+				return err
+			}
+			res.VolumeID = spec.VolumeIDOrDefault()
+		}
+	} else if res, err = pack.Build(ctx, spec, *out); err != nil {
+		return err
+	}
+
+	if *output == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	n := 0
+	for _, ar := range res.Archives {
+		n += len(ar.Images)
+		fmt.Fprintf(a.stdout, "%-7s %s (%d bytes, %d images)\n", ar.Group, ar.Archive, ar.Size, len(ar.Images))
+	}
+	where := *out
+	if where == "" {
+		where = *tree
+	}
+	fmt.Fprintf(a.stdout, "wrote %s: release %s, %d archives, %d images, %d files\n", where, res.Version, len(res.Archives), n, len(res.Files))
+	return nil
 }

@@ -3,9 +3,167 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/repo"
 )
 
-// runServe is not available in this build yet.
-func runServe(_ context.Context, _ *app, _ []string) error {
-	return errors.New("the serve subcommand is not available in this build yet")
+const serveUsage = `usage: upgrade-repo serve (--iso FILE | --iso-url URL --iso-checksum sha512:HEX --cache-dir DIR) [flags]
+
+Serve one release ISO over HTTP: its files (also under /harvester-iso/), the release metadata
+(/v1/release, /v1/bundle, /v1/images), /livez, /readyz and /metrics. With --iso-url the ISO is
+downloaded into the cache (resumed, verified) first; /readyz turns ready once it is verified and
+indexed. SIGTERM stops accepting connections and gives in-flight downloads --grace to finish.
+
+`
+
+// runServe serves one release ISO until the process is signalled.
+func runServe(ctx context.Context, a *app, args []string) error {
+	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.Usage = func() { fmt.Fprint(a.stderr, serveUsage); fset.PrintDefaults() }
+	isoFile := fset.String("iso", "", "the release ISO to serve")
+	isoURL := fset.String("iso-url", "", "the URL to download the release ISO from")
+	isoSum := fset.String("iso-checksum", "", "the ISO's checksum, sha512:HEX (required with --iso-url, verified with --iso)")
+	cacheDir := fset.String("cache-dir", "", "where a downloaded ISO is kept (required with --iso-url)")
+	listen := fset.String("listen", "127.0.0.1:8080", "the address to serve on")
+	grace := fset.Duration("grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fset.Args())
+	}
+	src := acquire.Source{Path: *isoFile, URL: *isoURL, CacheDir: *cacheDir}
+	if *isoSum != "" {
+		sum, err := acquire.ParseChecksum(*isoSum)
+		if err != nil {
+			return fmt.Errorf("%w: --iso-checksum: %v", errUsage, err)
+		}
+		src.Checksum = sum
+	}
+	if err := src.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rm, err := repo.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	am, err := acquire.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	server := repo.NewServer(rm, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), a.log)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	srv := &http.Server{Handler: server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	a.log.Info("listening", "addr", ln.Addr().String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	var closeISO func() error
+	g.Go(func() error {
+		path, err := acquire.Acquire(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(am))
+		if err != nil {
+			return err
+		}
+		h, closer, err := openRelease(path, src.Checksum, rm, a.log)
+		if err != nil {
+			return err
+		}
+		closeISO = closer
+		server.SetHandler(h)
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		a.log.Info("shutting down", "grace", *grace)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+			return fmt.Errorf("shutdown: in-flight requests cut after %s: %w", *grace, err)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if closeISO != nil {
+		closeISO()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// openRelease opens the ISO at path, indexes it and parses its metadata: what /readyz waits for.
+func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.Logger) (*repo.Handler, func() error, error) {
+	start := time.Now()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	fsys, err := iso.Open(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	info := fsys.Info()
+	modTime := info.Modified
+	if modTime.IsZero() {
+		modTime = info.Created
+	}
+	if modTime.IsZero() {
+		modTime = fi.ModTime()
+	}
+	identity := sum.String()
+	if sum.IsZero() {
+		identity = fmt.Sprintf("%s/%d/%d/%d", info.VolumeID, fi.Size(), modTime.UnixNano(), fi.ModTime().UnixNano())
+	}
+	h, err := repo.New(fsys,
+		repo.WithBackingFile(path),
+		repo.WithIdentity(identity),
+		repo.WithVolumeID(info.VolumeID),
+		repo.WithModTime(modTime),
+		repo.WithMetrics(m),
+		repo.WithLogger(log),
+	)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	log.Info("ready", "iso", path, "volumeID", info.VolumeID, "version", h.Version(),
+		"entries", h.Entries(), "took", time.Since(start).Round(time.Microsecond))
+	return h, f.Close, nil
 }

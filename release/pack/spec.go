@@ -177,6 +177,9 @@ func (s *Spec) version() string {
 	return s.Version
 }
 
+// VolumeIDOrDefault returns VolumeID, or the default derived from the version.
+func (s *Spec) VolumeIDOrDefault() string { return s.volumeID() }
+
 func (s *Spec) volumeID() string {
 	if s.VolumeID != "" {
 		return s.VolumeID
