@@ -33,6 +33,10 @@ type Input struct {
 	PlansInFlight []string
 	// NotReadyNodes names the nodes that are not Ready.
 	NotReadyNodes []string
+	// ReleaseUnknown is true when the target release's metadata has not been read yet, so
+	// neither its minUpgradableVersion nor the one-minor-step rule can be judged; the check
+	// passes with a message saying it was not made, and must be made again once it is known.
+	ReleaseUnknown bool
 	// Force turns the failures of skippable checks into warnings.
 	Force bool
 	// AllowPrerelease allows a pre-release target without Force.
@@ -129,9 +133,14 @@ func Evaluate(in Input) Result {
 	bothKnown := terr == nil && cerr == nil
 	same := bothKnown && current.Compare(target) == 0
 
-	if strings.TrimSpace(in.MinUpgradableVersion) != "" {
+	switch {
+	case in.ReleaseUnknown:
+		add(Check{Name: CheckMinUpgradableVersion, Required: true, Passed: true,
+			Description: "the installed version is at least the release's minUpgradableVersion",
+			Message:     "not checked yet: the release metadata is not known"})
+	case strings.TrimSpace(in.MinUpgradableVersion) != "":
 		add(minUpgradable(in.MinUpgradableVersion, current, cerr, same))
-	} else {
+	default:
 		add(minorStep(current, target, bothKnown, same))
 	}
 

@@ -87,6 +87,7 @@ func TestEvaluateMatrix(t *testing.T) {
 			checks: map[string]outcome{policy.CheckCurrentVersion: fail, policy.CheckMinorStep: fail, policy.CheckNoDowngrade: fail}},
 		{name: "current unknown with min", in: with(func(i *policy.Input) { i.Current = ""; i.MinUpgradableVersion = "v1.5.0"; i.Force = true }),
 			checks: map[string]outcome{policy.CheckCurrentVersion: fail, policy.CheckMinUpgradableVersion: fail, policy.CheckNoDowngrade: forced}},
+		{name: "release unknown defers the path check", in: with(func(i *policy.Input) { i.Target = "v1.9.0"; i.ReleaseUnknown = true }), allowed: true},
 		{name: "everything skippable forced at once", in: with(func(i *policy.Input) {
 			i.Target = "v1.5.1-rc1"
 			i.NotReadyNodes = []string{"a", "b"}

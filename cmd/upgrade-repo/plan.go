@@ -2,10 +2,346 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/policy"
+	"github.com/upgrade-repo/upgrade-repo/release"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
 
-// runPlan is not available in this build yet.
-func runPlan(_ context.Context, _ *app, _ []string) error {
-	return errors.New("the plan subcommand is not available in this build yet")
+// errNotAllowed is returned by plan when the upgrade is refused, so the exit status is not 0.
+var errNotAllowed = errors.New("the upgrade is not allowed")
+
+// planOptions are the plan command's flags.
+type planOptions struct {
+	current, release, currentRelease string
+	kubeconfig, to, namespace        string
+	force, allowPrerelease           bool
+	output                           string
+}
+
+// planComponent is one component's version before and after.
+type planComponent struct {
+	Name    string `json:"name"`
+	Current string `json:"current"`
+	Target  string `json:"target"`
+	Changed bool   `json:"changed"`
+}
+
+// planCheck is one policy's outcome as the plan command shows it.
+type planCheck struct {
+	policy.Check
+	// Result is pass, fail, warn (failed, forced) or skip (not judged without a cluster).
+	Result string `json:"result"`
+}
+
+// planPhase is one phase that would run.
+type planPhase struct {
+	Phase v1beta1.Phase `json:"phase"`
+	What  string        `json:"what"`
+}
+
+// planReport is what plan prints; -o json prints it as it is.
+type planReport struct {
+	Allowed    bool            `json:"allowed"`
+	Current    string          `json:"current"`
+	Target     string          `json:"target"`
+	Components []planComponent `json:"components"`
+	Checks     []planCheck     `json:"checks"`
+	Phases     []planPhase     `json:"phases"`
+	// ControlPlaneNodes and OtherNodes give the node upgrade order when a cluster was asked.
+	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
+	OtherNodes        []string `json:"otherNodes,omitempty"`
+	Notes             []string `json:"notes,omitempty"`
+}
+
+// runPlan shows whether upgrading to a release is allowed and what it would change. It returns
+// errNotAllowed (exit status 1) when the upgrade is refused.
+func runPlan(ctx context.Context, a *app, args []string) error {
+	var o planOptions
+	fset := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.StringVar(&o.current, "current", "", "the installed `version` (read from the cluster when --kubeconfig is given)")
+	fset.StringVar(&o.release, "release", "", "the target's harvester-release.yaml: a `file`, its URL, or a repo's base URL (read at /v1/release)")
+	fset.StringVar(&o.currentRelease, "current-release", "", "the installed release's metadata, as --release, to compare component versions")
+	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to check")
+	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
+	fset.StringVar(&o.namespace, "namespace", "upgrade-repo", "the sequencer's `namespace`, where the installed version is recorded")
+	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
+	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
+	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
+	fset.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]")
+		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE --to VERSION [--release FILE|URL] [flags]")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("%w: plan takes no arguments, got %q", errUsage, fset.Args())
+	}
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, o.output)
+	}
+	var c client.Reader
+	if o.kubeconfig != "" {
+		if o.to == "" {
+			return fmt.Errorf("%w: --kubeconfig needs --to VERSION", errUsage)
+		}
+		var err error
+		if c, err = clusterReader(o.kubeconfig); err != nil {
+			return err
+		}
+	} else if o.current == "" || o.release == "" {
+		return fmt.Errorf("%w: give --current and --release, or --kubeconfig and --to", errUsage)
+	}
+	rep, err := makePlan(ctx, o, c, &http.Client{Timeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+	} else if err := printUpgradePlan(a.stdout, rep); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if !rep.Allowed {
+		return errNotAllowed
+	}
+	return nil
+}
+
+// clusterReader builds a client of the cluster in kubeconfig.
+func clusterReader(kubeconfig string) (client.Reader, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	s, err := planScheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+func planScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := v1beta1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	return s, nil
+}
+
+// makePlan gathers the facts (from c when it is not nil) and judges them.
+func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Client) (*planReport, error) {
+	var target *release.Release
+	if o.release != "" {
+		var err error
+		if target, err = repoclient.Load(ctx, hc, o.release); err != nil {
+			return nil, fmt.Errorf("target release: %w", err)
+		}
+	}
+	var currentRel *release.Release
+	if o.currentRelease != "" {
+		var err error
+		if currentRel, err = repoclient.Load(ctx, hc, o.currentRelease); err != nil {
+			return nil, fmt.Errorf("current release: %w", err)
+		}
+	}
+	in := policy.Input{
+		Current:         o.current,
+		Force:           o.force,
+		AllowPrerelease: o.allowPrerelease,
+		VersionExists:   true,
+	}
+	rep := &planReport{}
+	switch {
+	case target != nil:
+		in.Target = target.Harvester
+		in.MinUpgradableVersion = target.MinUpgradableVersion
+		if o.to != "" && o.to != target.Harvester {
+			return nil, fmt.Errorf("--to %s but the release given by --release is %s", o.to, target.Harvester)
+		}
+	default:
+		in.Target = o.to
+		in.ReleaseUnknown = true
+		rep.Notes = append(rep.Notes, "the target release metadata was not given (--release): minUpgradableVersion is checked once the sequencer reads it")
+	}
+	if c != nil {
+		f, err := sequencer.GatherFacts(ctx, c, o.namespace, "", in.Target)
+		if err != nil {
+			return nil, err
+		}
+		if in.Current == "" {
+			in.Current = f.Installed.Version
+			if in.Current == "" {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("no installed version recorded in configmap %s/%s; give --current", o.namespace, sequencer.InstalledConfigMap))
+			}
+		}
+		if currentRel == nil {
+			currentRel = f.Installed.Release
+		}
+		in.VersionExists = f.Version != nil
+		in.NotReadyNodes = f.NotReady
+		in.PlansInFlight = f.PlansInFlight
+		rep.ControlPlaneNodes, rep.OtherNodes = sequencer.NodeOrder(f.Nodes)
+	}
+	res := policy.Evaluate(in)
+	rep.Allowed = res.Allowed
+	rep.Current, rep.Target = in.Current, in.Target
+	for _, ch := range res.Checks {
+		pc := planCheck{Check: ch, Result: "pass"}
+		switch {
+		case c == nil && (ch.Name == policy.CheckVersionExists || ch.Name == policy.CheckNoPlanInFlight || ch.Name == policy.CheckNodesReady):
+			pc.Result = "skip"
+			pc.Message = "not checked without a cluster (--kubeconfig)"
+		case ch.Forced:
+			pc.Result = "warn"
+		case !ch.Passed:
+			pc.Result = "fail"
+		}
+		rep.Checks = append(rep.Checks, pc)
+	}
+	rep.Components = planComponents(in.Current, currentRel, in.Target, target)
+	for _, s := range sequencer.Steps {
+		rep.Phases = append(rep.Phases, planPhase{Phase: s.Running, What: s.What})
+	}
+	return rep, nil
+}
+
+// planComponents compares the component versions of two releases. Without the current release's
+// metadata only the harvester version is known before.
+func planComponents(current string, cur *release.Release, target string, tgt *release.Release) []planComponent {
+	before := map[string]string{"harvester": current}
+	if cur != nil {
+		before = cur.Components()
+	}
+	after := map[string]string{"harvester": target}
+	if tgt != nil {
+		after = tgt.Components()
+	}
+	var names []string
+	for k := range after {
+		names = append(names, k)
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	// harvester first: it is the version the plan is about.
+	if i := slices.Index(names, "harvester"); i > 0 {
+		names = append([]string{"harvester"}, slices.Delete(names, i, i+1)...)
+	}
+	out := make([]planComponent, 0, len(names))
+	for _, n := range names {
+		b, ok := before[n]
+		if !ok || b == "" {
+			b = "unknown"
+		}
+		t := after[n]
+		if t == "" {
+			t = "unknown"
+		}
+		out = append(out, planComponent{Name: n, Current: b, Target: t, Changed: b != t})
+	}
+	return out
+}
+
+func printUpgradePlan(w io.Writer, rep *planReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Upgrade plan: %s -> %s\n\n", planOrUnknown(rep.Current), planOrUnknown(rep.Target))
+	fmt.Fprintln(tw, "COMPONENT\tCURRENT\tTARGET")
+	changed := 0
+	for _, c := range rep.Components {
+		if c.Changed {
+			changed++
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Current, c.Target)
+		}
+	}
+	if changed == 0 {
+		fmt.Fprintln(tw, "(no component changes)\t\t")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "POLICY\tREQUIRED\tRESULT\tMESSAGE")
+	for _, c := range rep.Checks {
+		req := "skippable"
+		if c.Required {
+			req = "required"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, req, c.Result, c.Message)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Phases that would run:")
+	for i, p := range rep.Phases {
+		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, p.Phase, p.What)
+	}
+	if len(rep.ControlPlaneNodes)+len(rep.OtherNodes) > 0 {
+		fmt.Fprintf(w, "Node order: control plane %s one at a time, then %s\n",
+			planListOrNone(rep.ControlPlaneNodes), planListOrNone(rep.OtherNodes))
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "Note: %s\n", n)
+	}
+	fmt.Fprintln(w)
+	if rep.Allowed {
+		_, err := fmt.Fprintln(w, "The upgrade is allowed.")
+		return err
+	}
+	var failed []string
+	for _, c := range rep.Checks {
+		if c.Result == "fail" {
+			failed = append(failed, c.Name)
+		}
+	}
+	_, err := fmt.Fprintf(w, "The upgrade is not allowed: %s failed.\n", strings.Join(failed, ", "))
+	return err
+}
+
+func planOrUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func planListOrNone(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
 }

@@ -1,0 +1,100 @@
+package sequencer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// Facts is what the policy checks need from the cluster.
+type Facts struct {
+	// Installed is the recorded installed version.
+	Installed Installed
+	// Nodes are the cluster's nodes.
+	Nodes []corev1.Node
+	// NotReady names the nodes that are not Ready.
+	NotReady []string
+	// PlansInFlight names the plans, other than the one asking, that are neither Succeeded nor
+	// Failed.
+	PlansInFlight []string
+	// Version is the target Version; nil when it does not exist.
+	Version *v1beta1.Version
+}
+
+// GatherFacts reads the facts for a plan named plan (may be empty) that targets the Version named
+// target, with InstalledConfigMap in namespace.
+func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target string) (Facts, error) {
+	var f Facts
+	var err error
+	if f.Installed, err = ReadInstalled(ctx, r, namespace); err != nil {
+		return Facts{}, err
+	}
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return Facts{}, fmt.Errorf("list nodes: %w", err)
+	}
+	f.Nodes = nodes.Items
+	for i := range nodes.Items {
+		if !IsReady(&nodes.Items[i]) {
+			f.NotReady = append(f.NotReady, nodes.Items[i].Name)
+		}
+	}
+	slices.Sort(f.NotReady)
+	var plans v1beta1.UpgradePlanList
+	if err := r.List(ctx, &plans); err != nil {
+		return Facts{}, fmt.Errorf("list upgrade plans: %w", err)
+	}
+	f.PlansInFlight = inFlight(plans.Items, plan)
+	var v v1beta1.Version
+	switch err := r.Get(ctx, client.ObjectKey{Name: target}, &v); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return Facts{}, fmt.Errorf("get version %s: %w", target, err)
+	default:
+		f.Version = &v
+	}
+	return f, nil
+}
+
+// inFlight names the plans other than self that have not finished. A plan that has not started
+// yet or is still Initializing counts only when it is older than self, so that two plans created
+// together do not block each other forever: the older one goes first.
+func inFlight(plans []v1beta1.UpgradePlan, self string) []string {
+	var selfPlan *v1beta1.UpgradePlan
+	for i := range plans {
+		if plans[i].Name == self {
+			selfPlan = &plans[i]
+		}
+	}
+	var out []string
+	for i := range plans {
+		p := &plans[i]
+		if p.Name == self || finished(p.Status.Phase) {
+			continue
+		}
+		starting := p.Status.Phase == "" || p.Status.Phase == v1beta1.PhaseInitializing
+		if starting && selfPlan != nil && !olderThan(p, selfPlan) {
+			continue
+		}
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func olderThan(a, b *v1beta1.UpgradePlan) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+func finished(p v1beta1.Phase) bool {
+	return p == v1beta1.PhaseSucceeded || p == v1beta1.PhaseFailed
+}

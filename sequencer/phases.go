@@ -1,0 +1,71 @@
+package sequencer
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// Step is one step of a plan: the phase while it runs, the phase once done, and what it does.
+type Step struct {
+	Running v1beta1.Phase
+	Done    v1beta1.Phase
+	// What says what the step does, for humans.
+	What string
+}
+
+// Steps lists the steps of a plan in the order they run.
+var Steps = []Step{
+	{v1beta1.PhaseInitializing, v1beta1.PhaseInitialized, "check the upgrade policies and snapshot the Version"},
+	{v1beta1.PhaseISODownloading, v1beta1.PhaseISODownloaded, "every agent acquires the ISO (local copy, then peers, then origin) and verifies it"},
+	{v1beta1.PhaseRepoCreating, v1beta1.PhaseRepoCreated, "agents serve the ISO and turn Ready behind the repo Service"},
+	{v1beta1.PhaseMetadataPopulating, v1beta1.PhaseMetadataPopulated, "read the release metadata through the Service and check the policies again"},
+	{v1beta1.PhaseImagePreloading, v1beta1.PhaseImagePreloaded, "every node preloads the release's images from its own copy of the ISO"},
+	{v1beta1.PhaseClusterUpgrading, v1beta1.PhaseClusterUpgraded, "run the upgrade image's cluster Job"},
+	{v1beta1.PhaseNodeUpgrading, v1beta1.PhaseNodeUpgraded, "upgrade control-plane nodes one at a time, then the others: cordon, drain, node Job, uncordon"},
+	{v1beta1.PhaseCleaningUp, v1beta1.PhaseCleanedUp, "remove the Jobs, let agents drop the ISO, record the installed version"},
+}
+
+// ControlPlaneLabels are the node labels that mark a control-plane node.
+var ControlPlaneLabels = []string{
+	"node-role.kubernetes.io/control-plane",
+	"node-role.kubernetes.io/master",
+	"node-role.kubernetes.io/etcd",
+}
+
+// IsControlPlane reports whether n carries one of ControlPlaneLabels.
+func IsControlPlane(n *corev1.Node) bool {
+	for _, l := range ControlPlaneLabels {
+		if _, ok := n.Labels[l]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// IsReady reports whether n's Ready condition is True.
+func IsReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NodeOrder returns the order nodes are upgraded in: control-plane nodes first, then the others,
+// each group by name.
+func NodeOrder(nodes []corev1.Node) (controlPlane, others []string) {
+	for i := range nodes {
+		if IsControlPlane(&nodes[i]) {
+			controlPlane = append(controlPlane, nodes[i].Name)
+		} else {
+			others = append(others, nodes[i].Name)
+		}
+	}
+	slices.Sort(controlPlane)
+	slices.Sort(others)
+	return controlPlane, others
+}

@@ -1,0 +1,121 @@
+// Package repoclient reads a release's metadata from where it is published: a repo server's base
+// URL (GET /v1/release, the parsed metadata as JSON), a URL of harvester-release.yaml itself, or a
+// local file.
+package repoclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/release"
+)
+
+// maxBody bounds how much of a response or file is read.
+const maxBody = 4 << 20
+
+// ReleasePath is the repo server's route for the parsed release metadata.
+const ReleasePath = "/v1/release"
+
+// IsURL reports whether src is an http or https URL rather than a file name.
+func IsURL(src string) bool {
+	return strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
+}
+
+// Load reads a release from src: a file name, a URL ending in .yaml or .yml (the raw
+// harvester-release.yaml), or a repo server's base URL (its /v1/release). hc is used for URLs;
+// http.DefaultClient when nil.
+func Load(ctx context.Context, hc *http.Client, src string) (*release.Release, error) {
+	if !IsURL(src) {
+		data, err := readFile(src)
+		if err != nil {
+			return nil, err
+		}
+		r, err := release.ParseRelease(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		return r, nil
+	}
+	u, err := url.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("release url %q: %w", src, err)
+	}
+	if strings.HasSuffix(u.Path, ".yaml") || strings.HasSuffix(u.Path, ".yml") {
+		data, err := get(ctx, hc, u.String())
+		if err != nil {
+			return nil, err
+		}
+		r, err := release.ParseRelease(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", u, err)
+		}
+		return r, nil
+	}
+	return Fetch(ctx, hc, src)
+}
+
+// Fetch reads GET base/v1/release from a repo server and decodes it. hc is http.DefaultClient when
+// nil.
+func Fetch(ctx context.Context, hc *http.Client, base string) (*release.Release, error) {
+	u := strings.TrimRight(base, "/") + ReleasePath
+	data, err := get(ctx, hc, u)
+	if err != nil {
+		return nil, err
+	}
+	var r release.Release
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", u, err)
+	}
+	if r.Harvester == "" {
+		return nil, fmt.Errorf("decode %s: the harvester version is missing", u)
+	}
+	return &r, nil
+}
+
+func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", u, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("get %s: status %s", u, resp.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", u, err)
+	}
+	if len(data) > maxBody {
+		return nil, fmt.Errorf("get %s: the response is larger than %d bytes", u, maxBody)
+	}
+	return data, nil
+}
+
+func readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("read release: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("read release %s: %w", name, err)
+	}
+	if len(data) > maxBody {
+		return nil, fmt.Errorf("read release %s: larger than %d bytes", name, maxBody)
+	}
+	return data, nil
+}

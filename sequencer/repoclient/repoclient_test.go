@@ -1,0 +1,71 @@
+package repoclient_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/release"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
+)
+
+const releaseYAML = "harvester: v1.6.0\nkubernetes: v1.33.1+rke2r1\nminUpgradableVersion: v1.5.0\nnewField: kept\n"
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	r, err := release.ParseRelease([]byte(releaseYAML))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/release", func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(r) })
+	mux.HandleFunc("GET /harvester-release.yaml", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(releaseYAML)) })
+	mux.HandleFunc("GET /bad/v1/release", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{not json")) })
+	mux.HandleFunc("GET /empty/v1/release", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })
+	mux.HandleFunc("GET /huge/v1/release", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"x":"` + strings.Repeat("a", 5<<20) + `"}`))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "harvester-release.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(releaseYAML), 0o600))
+	broken := filepath.Join(dir, "broken.yaml")
+	require.NoError(t, os.WriteFile(broken, []byte("kubernetes: v1\n"), 0o600))
+
+	tests := []struct {
+		name    string
+		src     string
+		wantErr string
+	}{
+		{name: "file", src: file},
+		{name: "repo base url", src: srv.URL},
+		{name: "repo base url with slash", src: srv.URL + "/"},
+		{name: "yaml url", src: srv.URL + "/harvester-release.yaml"},
+		{name: "missing file", src: filepath.Join(dir, "nope.yaml"), wantErr: "no such file"},
+		{name: "file without version", src: broken, wantErr: "the harvester version is missing"},
+		{name: "not found", src: srv.URL + "/nothing", wantErr: "404"},
+		{name: "bad json", src: srv.URL + "/bad", wantErr: "decode " + srv.URL + "/bad/v1/release"},
+		{name: "empty json", src: srv.URL + "/empty", wantErr: "the harvester version is missing"},
+		{name: "huge", src: srv.URL + "/huge", wantErr: "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := repoclient.Load(t.Context(), srv.Client(), tt.src)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, "v1.6.0", got.Harvester)
+			require.Equal(t, "v1.33.1+rke2r1", got.Kubernetes)
+			require.Equal(t, "v1.5.0", got.MinUpgradableVersion)
+			require.Equal(t, "kept", got.Extra["newField"])
+		})
+	}
+}
