@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench-serve.sh: upgrade-repo (GOMAXPROCS=1, serving the release ISO) against nginx (Debian's,
+# one worker, sendfile on, serving the same release extracted), side by side in one run, with the
+# Go load client hack/benchserve: large-file throughput (parallel downloads of a 1 GiB file),
+# small-file requests per second (harvester-release.yaml over 64 connections), server CPU seconds
+# per GB and peak RSS. Ends with one name=value line per figure.
+#
+# Environment: BIN (default bin/upgrade-repo), BENCH_DIR (default .cache/bench-serve, kept between
+# runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BIN:-bin/upgrade-repo}
+dir=${BENCH_DIR:-.cache/bench-serve}
+large=${LARGE_SIZE:-1GiB}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
+if [ ! -s "$dir/release.iso" ] || [ "$(cat "$dir/size" 2>/dev/null)" != "$large" ]; then
+  echo "bench-serve: building a release with a $large rootfs.squashfs in $dir" >&2
+  rm -rf "$dir/tree" "$dir/release.iso"
+  "$bin" release pack --tree "$dir/tree" --out "$dir/release.iso" --images 6 --layer-size 4MiB --rootfs-size "$large" >/dev/null
+  echo "$large" > "$dir/size"
+fi
+go build -o "$dir/benchserve" ./hack/benchserve
+
+pick_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+nginx_port=$(pick_port)
+repo_port=$(pick_port)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+mkdir -p "$dir/nginx/logs"
+cat > "$dir/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/nginx/nginx.pid;
+error_log $dir/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  types { application/yaml yaml; text/plain txt; }
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:$nginx_port;
+    root $dir/tree;
+  }
+}
+CONF
+nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" &
+pids+=($!)
+GOMAXPROCS=1 UPGRADE_REPO_LOG_LEVEL=warn "$bin" serve --iso "$dir/release.iso" --listen "127.0.0.1:$repo_port" &
+repo_pid=$!
+pids+=($repo_pid)
+
+for i in $(seq 100); do
+  if curl -fs "http://127.0.0.1:$repo_port/readyz" >/dev/null && curl -fs "http://127.0.0.1:$nginx_port/harvester-release.yaml" >/dev/null; then break; fi
+  sleep 0.1
+done
+nginx_pids=$(pgrep -P "${pids[0]}" | tr '\n' ',')${pids[0]}
+
+echo "bench-serve: nginx on :$nginx_port (pids $nginx_pids), upgrade-repo on :$repo_port (pid $repo_pid)" >&2
+"$dir/benchserve" \
+  -target "nginx=http://127.0.0.1:$nginx_port@$nginx_pids" \
+  -target "upgrade-repo=http://127.0.0.1:$repo_port@$repo_pid" \
+  -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}"
+curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_file_(responses|bytes)_total' >&2 || true

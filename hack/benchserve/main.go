@@ -1,0 +1,255 @@
+// Command benchserve is the load client of `make bench-serve`: it measures, side by side, servers
+// that serve the same release (nginx over the extracted tree, upgrade-repo over the ISO) on
+// large-file throughput (parallel downloads of a large file), small-file requests per second
+// (many connections asking for one small file), server CPU seconds per GB sent and peak RSS, and
+// prints a table and then one name=value line per figure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// target is one server under test and the processes whose CPU and memory it uses.
+type target struct {
+	name string
+	base string
+	pids []int
+}
+
+func parseTarget(s string) (target, error) {
+	// name=URL@pid,pid
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return target{}, fmt.Errorf("target %q: want name=URL@pid[,pid...]", s)
+	}
+	url, pids, ok := strings.Cut(rest, "@")
+	if !ok {
+		return target{}, fmt.Errorf("target %q: want name=URL@pid[,pid...]", s)
+	}
+	t := target{name: name, base: strings.TrimSuffix(url, "/")}
+	for _, p := range strings.Split(pids, ",") {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return target{}, fmt.Errorf("target %q: pid %q: %w", s, p, err)
+		}
+		t.pids = append(t.pids, n)
+	}
+	return t, nil
+}
+
+// cpuSeconds returns the user+system CPU time of the processes.
+func cpuSeconds(pids []int) (float64, error) {
+	var total float64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		s := string(data)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ut, _ := strconv.ParseFloat(fields[11], 64)
+		st, _ := strconv.ParseFloat(fields[12], 64)
+		total += (ut + st) / 100 // USER_HZ is 100 on Linux
+	}
+	return total, nil
+}
+
+// peakRSS returns the largest VmHWM of the processes, in MiB.
+func peakRSS(pids []int) (float64, error) {
+	var peak float64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				peak = max(peak, kb/1024)
+			}
+		}
+	}
+	return peak, nil
+}
+
+func client(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true,
+	}}
+}
+
+// large downloads path with parallel connections, each rounds times, and returns bytes and time.
+func large(ctx context.Context, t target, path string, parallel, rounds int) (int64, time.Duration, error) {
+	c := client(parallel)
+	var total atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
+				resp, err := c.Do(req)
+				if err == nil {
+					var n int64
+					n, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					total.Add(n)
+					if err == nil && resp.StatusCode != 200 {
+						err = fmt.Errorf("%s: status %d", t.name, resp.StatusCode)
+					}
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load(), time.Since(start), firstErr
+}
+
+// small asks for path over conns connections for d and returns the requests answered.
+func small(ctx context.Context, t target, path string, conns int, d time.Duration) (int64, time.Duration, error) {
+	c := client(conns)
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	buf := make([][]byte, conns)
+	start := time.Now()
+	for i := range conns {
+		buf[i] = make([]byte, 64<<10)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { firstErr = err })
+					}
+					return
+				}
+				_, err = io.CopyBuffer(io.Discard, resp.Body, buf[i])
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 {
+					if ctx.Err() == nil {
+						once.Do(func() { firstErr = errors.Join(err, fmt.Errorf("%s: status %d", t.name, resp.StatusCode)) })
+					}
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return done.Load(), time.Since(start), firstErr
+}
+
+type result struct {
+	largeMBps, smallRPS, cpuPerGB, rssMiB float64
+}
+
+func main() {
+	var targets []target
+	flag.Func("target", "a server: name=URL@pid[,pid...] (repeat; the first is the baseline)", func(s string) error {
+		t, err := parseTarget(s)
+		targets = append(targets, t)
+		return err
+	})
+	largePath := flag.String("large", "/rootfs.squashfs", "path of the large file")
+	smallPath := flag.String("small", "/harvester-release.yaml", "path of the small file")
+	parallel := flag.Int("parallel", 4, "parallel downloads of the large file")
+	rounds := flag.Int("rounds", 1, "downloads of the large file per connection")
+	conns := flag.Int("conns", 64, "connections asking for the small file")
+	dur := flag.Duration("duration", 5*time.Second, "how long each small-file run lasts")
+	repeat := flag.Int("repeat", 2, "runs per target and test, interleaved; the best run counts")
+	flag.Parse()
+	if len(targets) < 2 {
+		fmt.Fprintln(os.Stderr, "benchserve: give a baseline and at least one other -target")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	res := make([]result, len(targets))
+	cpu := make([]float64, len(targets))
+	bytes := make([]int64, len(targets))
+	for r := range *repeat {
+		for i, t := range targets {
+			c0, err := cpuSeconds(t.pids)
+			check(err)
+			n, d, err := large(ctx, t, *largePath, *parallel, *rounds)
+			check(err)
+			c1, err := cpuSeconds(t.pids)
+			check(err)
+			cpu[i] += c1 - c0
+			bytes[i] += n
+			mbps := float64(n) / d.Seconds() / 1e6
+			fmt.Fprintf(os.Stderr, "run %d %-12s large: %d bytes in %s = %.0f MB/s, %.2f CPU s\n", r+1, t.name, n, d.Round(time.Millisecond), mbps, c1-c0)
+			res[i].largeMBps = max(res[i].largeMBps, mbps)
+		}
+		for i, t := range targets {
+			n, d, err := small(ctx, t, *smallPath, *conns, *dur)
+			check(err)
+			rps := float64(n) / d.Seconds()
+			fmt.Fprintf(os.Stderr, "run %d %-12s small: %d requests in %s = %.0f req/s\n", r+1, t.name, n, d.Round(time.Millisecond), rps)
+			res[i].smallRPS = max(res[i].smallRPS, rps)
+		}
+	}
+	for i, t := range targets {
+		res[i].cpuPerGB = cpu[i] / (float64(bytes[i]) / 1e9)
+		rss, err := peakRSS(t.pids)
+		check(err)
+		res[i].rssMiB = rss
+	}
+
+	fmt.Printf("\n%-14s %14s %14s %14s %12s\n", "server", "large MB/s", "small req/s", "CPU s per GB", "peak RSS MiB")
+	for i, t := range targets {
+		fmt.Printf("%-14s %14.0f %14.0f %14.3f %12.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].cpuPerGB, res[i].rssMiB)
+	}
+	fmt.Println()
+	base := res[0]
+	for i, t := range targets {
+		n := strings.ReplaceAll(t.name, "-", "_")
+		fmt.Printf("large_mbps_%s=%.0f\n", n, res[i].largeMBps)
+		fmt.Printf("small_rps_%s=%.0f\n", n, res[i].smallRPS)
+		fmt.Printf("cpu_s_per_gb_%s=%.3f\n", n, res[i].cpuPerGB)
+		fmt.Printf("peak_rss_mib_%s=%.1f\n", n, res[i].rssMiB)
+	}
+	for i, t := range targets[1:] {
+		r := res[i+1]
+		n := strings.ReplaceAll(t.name, "-", "_")
+		prefix := ""
+		if len(targets) > 2 {
+			prefix = n + "_"
+		}
+		fmt.Printf("%slarge_vs_%s=%.2f\n", prefix, targets[0].name, r.largeMBps/base.largeMBps)
+		fmt.Printf("%ssmall_vs_%s=%.2f\n", prefix, targets[0].name, r.smallRPS/base.smallRPS)
+		fmt.Printf("%scpu_per_gb_vs_%s=%.2f\n", prefix, targets[0].name, r.cpuPerGB/base.cpuPerGB)
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchserve:", err)
+		os.Exit(1)
+	}
+}
