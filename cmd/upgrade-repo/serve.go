@@ -62,21 +62,29 @@ func runServe(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rm, err := repo.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	am, err := acquire.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	server := repo.NewServer(rm, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), a.log)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
+	return serve(ctx, a, src, ln, *grace, nil)
+}
+
+// serve serves the release of src on ln until ctx is done, then shuts down within grace. ready,
+// when not nil, is called once the release is verified and indexed.
+func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, grace time.Duration, ready func()) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rm, err := repo.NewMetrics(reg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	am, err := acquire.NewMetrics(reg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	server := repo.NewServer(rm, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), a.log)
 	srv := &http.Server{Handler: server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	a.log.Info("listening", "addr", ln.Addr().String())
 
@@ -99,16 +107,19 @@ func runServe(ctx context.Context, a *app, args []string) error {
 		}
 		closeISO = closer
 		server.SetHandler(h)
+		if ready != nil {
+			ready()
+		}
 		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		a.log.Info("shutting down", "grace", *grace)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
+		a.log.Info("shutting down", "grace", grace)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
 			srv.Close()
-			return fmt.Errorf("shutdown: in-flight requests cut after %s: %w", *grace, err)
+			return fmt.Errorf("shutdown: in-flight requests cut after %s: %w", grace, err)
 		}
 		return nil
 	})
