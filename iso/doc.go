@@ -11,6 +11,8 @@
 // Multi-extent files (ISO level 3, over 4 GiB) and hybrid images (El Torito boot catalog,
 // isohybrid MBR/GPT) are supported.
 //
+// Names are UTF-8: a Rock Ridge or primary name that is not valid UTF-8 is read as ISO 8859-1.
+//
 // Opening reads only the volume descriptors and the directories, so its cost grows with the number
 // of entries, not with the size of the image. Every length, offset and recursion read from the
 // image is bounded: a damaged or hostile image yields a *FormatError that says what is wrong and

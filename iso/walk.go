@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // record is one parsed directory record.
@@ -383,7 +384,10 @@ func (w *walker) readDir(dir *node, off, length, recOff int64, depth int, isRoot
 			continue
 		}
 		recAt := off + int64(pos)
-		if recLen < minRecord-1 || pos+recLen > len(buf) {
+		if recLen < minRecord-1 {
+			return corruptf(recAt, "directory record of %d bytes is too short", recLen)
+		}
+		if pos+recLen > len(buf) {
 			return corruptf(recAt, "directory record of %d bytes overruns its directory", recLen)
 		}
 		rec, err := parseRecord(buf[pos:pos+recLen], recAt)
@@ -553,10 +557,23 @@ func (w *walker) name(rec record, info *rrInfo) (string, error) {
 	default:
 		name = stripVersion(string(rec.name), rec.flags&flagDir == 0)
 	}
+	if !utf8.ValidString(name) {
+		name = latin1(name)
+	}
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return "", corruptf(rec.off, "invalid file name %q", name)
 	}
 	return name, nil
+}
+
+// latin1 reads a name that is not UTF-8 as ISO 8859-1, so that every byte keeps a distinct
+// character and the name stays a valid fs.FS path element.
+func latin1(s string) string {
+	r := make([]rune, len(s))
+	for i := 0; i < len(s); i++ {
+		r[i] = rune(s[i])
+	}
+	return string(r)
 }
 
 // stripVersion drops the ";1" version of an identifier and, for files, the trailing dot of a name
