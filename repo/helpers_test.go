@@ -115,3 +115,10 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return d.Gauge.GetValue()
 }
+
+// discardWriter is a ResponseWriter that keeps nothing, for benchmarks of the handler alone.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }

@@ -2,6 +2,7 @@ package repo
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,6 +17,36 @@ type Metrics struct {
 	info          *prometheus.GaugeVec
 	fileResponses *prometheus.CounterVec
 	fileBytes     *prometheus.CounterVec
+
+	// Children of the vectors by label values, so that a request costs no label hashing.
+	requestChildren sync.Map // [3]string -> prometheus.Counter
+	routeChildren   sync.Map // string -> *routeMetrics
+	fileResponsesBy map[string]prometheus.Counter
+	fileBytesBy     map[string]prometheus.Counter
+}
+
+type routeMetrics struct {
+	bytes    prometheus.Counter
+	duration prometheus.Observer
+}
+
+func (m *Metrics) request(route, method, code string) prometheus.Counter {
+	k := [3]string{route, method, code}
+	if c, ok := m.requestChildren.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.requests.WithLabelValues(route, method, code)
+	m.requestChildren.Store(k, c)
+	return c
+}
+
+func (m *Metrics) route(route string) *routeMetrics {
+	if rm, ok := m.routeChildren.Load(route); ok {
+		return rm.(*routeMetrics)
+	}
+	rm := &routeMetrics{bytes: m.responseBytes.WithLabelValues(route), duration: m.duration.WithLabelValues(route)}
+	m.routeChildren.Store(route, rm)
+	return rm
 }
 
 // File response modes: sent with sendfile, copied through user space, or served from memory.
@@ -63,9 +94,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	m.fileResponsesBy = map[string]prometheus.Counter{}
+	m.fileBytesBy = map[string]prometheus.Counter{}
 	for _, mode := range []string{modeZeroCopy, modeCopied, modeMemory} {
-		m.fileResponses.WithLabelValues(mode)
-		m.fileBytes.WithLabelValues(mode)
+		m.fileResponsesBy[mode] = m.fileResponses.WithLabelValues(mode)
+		m.fileBytesBy[mode] = m.fileBytes.WithLabelValues(mode)
 	}
 	return m, nil
 }
@@ -75,6 +108,6 @@ func (m *Metrics) file(mode string, n int64) {
 	if m == nil {
 		return
 	}
-	m.fileResponses.WithLabelValues(mode).Inc()
-	m.fileBytes.WithLabelValues(mode).Add(float64(n))
+	m.fileResponsesBy[mode].Inc()
+	m.fileBytesBy[mode].Add(float64(n))
 }

@@ -95,8 +95,15 @@ type Handler struct {
 	version string
 
 	mu     sync.RWMutex
-	cache  map[string][]byte
+	cache  map[string]*smallFile
 	cached int64
+}
+
+// smallFile is a small file's content with its header values ready to use.
+type smallFile struct {
+	data    []byte
+	length  []string
+	lastMod []string
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -111,7 +118,7 @@ func New(fsys fs.FS, opts ...Option) (*Handler, error) {
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{fsys: fsys, cfg: cfg, index: map[string]*entry{}, cache: map[string][]byte{}}
+	h := &Handler{fsys: fsys, cfg: cfg, index: map[string]*entry{}, cache: map[string]*smallFile{}}
 	if err := h.buildIndex(); err != nil {
 		return nil, err
 	}
@@ -295,14 +302,26 @@ func (h *Handler) setFileHeaders(w http.ResponseWriter, e *entry) {
 
 func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
 	if e.size <= h.cfg.smallLimit {
-		data, err := h.small(e)
+		sf, err := h.small(e)
 		if err != nil {
 			h.cfg.log.Error("read file", "path", e.name, "error", err)
 			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: cannot be read", cleanURLPath(e.name)))
 			return
 		}
 		h.setFileHeaders(w, e)
-		cw := countingSeeker{ReadSeeker: bytes.NewReader(data)}
+		if unconditional(r) {
+			// The common case, answered without http.ServeContent's parsing: the whole file.
+			hd := w.Header()
+			hd["Last-Modified"] = sf.lastMod
+			hd["Content-Length"] = sf.length
+			w.WriteHeader(http.StatusOK)
+			if r.Method != http.MethodHead {
+				w.Write(sf.data)
+				h.cfg.metrics.file(modeMemory, int64(len(sf.data)))
+			}
+			return
+		}
+		cw := countingSeeker{ReadSeeker: bytes.NewReader(sf.data)}
 		http.ServeContent(w, r, "", e.modTime, &cw)
 		if cw.n > 0 {
 			h.cfg.metrics.file(modeMemory, cw.n)
@@ -356,21 +375,28 @@ func (h *Handler) serveExtent(w http.ResponseWriter, r *http.Request, e *entry, 
 	switch {
 	case direct > 0:
 		h.cfg.metrics.file(modeZeroCopy, direct)
-		if x.copied > 0 {
-			h.cfg.metrics.fileBytes.WithLabelValues(modeCopied).Add(float64(x.copied))
+		if x.copied > 0 && h.cfg.metrics != nil {
+			h.cfg.metrics.fileBytesBy[modeCopied].Add(float64(x.copied))
 		}
 	case x.copied > 0:
 		h.cfg.metrics.file(modeCopied, x.copied)
 	}
 }
 
-// small returns the content of a small file, from memory when the budget allows.
-func (h *Handler) small(e *entry) ([]byte, error) {
+// unconditional reports whether a request asks for a whole file with no condition or range.
+func unconditional(r *http.Request) bool {
+	hd := r.Header
+	return len(hd["Range"]) == 0 && len(hd["If-None-Match"]) == 0 && len(hd["If-Modified-Since"]) == 0 &&
+		len(hd["If-Match"]) == 0 && len(hd["If-Unmodified-Since"]) == 0 && len(hd["If-Range"]) == 0
+}
+
+// small returns a small file, from memory when the budget allows.
+func (h *Handler) small(e *entry) (*smallFile, error) {
 	h.mu.RLock()
-	data, ok := h.cache[e.name]
+	sf, ok := h.cache[e.name]
 	h.mu.RUnlock()
 	if ok {
-		return data, nil
+		return sf, nil
 	}
 	data, err := fs.ReadFile(h.fsys, e.name)
 	if err != nil {
@@ -379,13 +405,17 @@ func (h *Handler) small(e *entry) ([]byte, error) {
 	if int64(len(data)) != e.size {
 		return nil, fmt.Errorf("read %d bytes of %d", len(data), e.size)
 	}
+	sf = &smallFile{data: data, length: []string{strconv.Itoa(len(data))}}
+	if !e.modTime.IsZero() && !e.modTime.Equal(time.Unix(0, 0)) {
+		sf.lastMod = []string{e.modTime.UTC().Format(http.TimeFormat)}
+	}
 	h.mu.Lock()
 	if _, ok := h.cache[e.name]; !ok && h.cached+e.size <= h.cfg.memoryLimit {
-		h.cache[e.name] = data
+		h.cache[e.name] = sf
 		h.cached += e.size
 	}
 	h.mu.Unlock()
-	return data, nil
+	return sf, nil
 }
 
 // countingSeeker counts the bytes read from a ReadSeeker.

@@ -79,9 +79,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "none"
 	}
 	m.inFlight.Dec()
-	m.requests.WithLabelValues(route, method(r.Method), codeString(rec.code)).Inc()
-	m.responseBytes.WithLabelValues(route).Add(float64(rec.bytes))
-	m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	m.request(route, method(r.Method), codeString(rec.code)).Inc()
+	rm := m.route(route)
+	rm.bytes.Add(float64(rec.bytes))
+	rm.duration.Observe(time.Since(start).Seconds())
 }
 
 // method bounds the method label to the methods HTTP defines.
