@@ -93,8 +93,9 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 	return buf, nil
 }
 
-// Extents reports where the named regular file's bytes lie inside the image, following symbolic
-// links. An empty file has no extents.
+// Extents reports where the named regular file's bytes lie inside the image, in file order,
+// following symbolic links. Adjacent runs (the parts of a multi-extent file written one after the
+// other) are merged into one. An empty file has no extents.
 func (f *FS) Extents(name string) ([]Extent, error) {
 	n, err := f.resolve("extents", name, true)
 	if err != nil {
