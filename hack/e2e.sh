@@ -21,6 +21,7 @@ artifacts=$root/e2e/_artifacts
 kubeconfig=$artifacts/kubeconfig
 version=e2e-$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 image=upgrade-repo:e2e
+test_image=upgrade-repo-e2e-testimage:e2e
 offline_bin=${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline/bin
 log() { echo "[e2e $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
 
@@ -110,8 +111,16 @@ log "cluster ready: $(kubectl get nodes --no-headers | wc -l) nodes"
 
 # 2. The image, into every node's containerd.
 VERSION=$version bash hack/image.sh "$image"
-retry 3 kind load docker-image "$image" --name "$cluster" >/dev/null
-log "image $image ($version) loaded"
+# The tests' own image (e2e/testimage: the in-cluster origin, the test upgrade image), FROM scratch.
+ctx=$(mktemp -d)
+(cd e2e && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$ctx/testimage" ./testimage)
+printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage"]\n' > "$ctx/Dockerfile"
+builder=()
+docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
+"${builder[@]}" docker build -q -t "$test_image" "$ctx" > "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $test_image failed: see $artifacts/testimage-build.log"; exit 1; }
+rm -rf "$ctx"
+retry 3 kind load docker-image "$image" "$test_image" --name "$cluster" >/dev/null
+log "images $image ($version) and $test_image loaded"
 
 # 3. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
 # that node's own agent: the tests reach every agent through the Service from the host.
@@ -127,5 +136,5 @@ run=()
 [ -n "${E2E_RUN:-}" ] && run=(-run "$E2E_RUN")
 log "running the e2e tests"
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
-  E2E_IMAGE=$image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
+  E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
   go test -count=1 -v -timeout "${E2E_TIMEOUT:-25m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test.log")

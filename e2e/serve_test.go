@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// The origin: the release's download site, inside the cluster. hack/e2e.sh builds its image.
+const (
+	originName    = "e2e-origin"
+	originHostDir = "/var/lib/upgrade-repo-e2e/origin"
+)
+
+// originURL is the URL of the release ISO at the in-cluster origin.
+func originURL(c *cluster) string {
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local/release.iso", originName, c.namespace)
+}
+
+// deployOrigin copies the release ISO into the first node and serves it from there with a plain
+// HTTP file server, behind a Service, as a release's download site would.
+func deployOrigin(t *testing.T, c *cluster, rel *testRelease) {
+	t.Helper()
+	testImage := os.Getenv("E2E_TEST_IMAGE")
+	if testImage == "" {
+		t.Skip("E2E_TEST_IMAGE is not set: hack/e2e.sh builds the test image")
+	}
+	node := c.nodes[0].Name
+	placeFile(t, node, rel.iso, originHostDir+"/release.iso")
+	labels := map[string]string{"app.kubernetes.io/name": originName}
+	recreate(t, c, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: originName, Namespace: c.namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeName:    node,
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name:            "origin",
+						Image:           testImage,
+						ImagePullPolicy: corev1.PullNever,
+						Args:            []string{"origin", "/srv", ":8080"},
+						Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						ReadinessProbe:  httpProbe("/healthz", 8080),
+						SecurityContext: restricted(65532),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "srv", MountPath: "/srv", ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{hostDir("srv", originHostDir)},
+				},
+			},
+		},
+	})
+	recreate(t, c, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: originName, Namespace: c.namespace},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	})
+	eventuallyDeploymentReady(t, c, originName, 3*time.Minute)
+}
+
+// TestServeFromOrigin runs `upgrade-repo serve --iso-url` on every node against the in-cluster
+// origin: each node downloads the ISO into a hostPath cache, verifies its sha512, and then
+// serves the release byte for byte, ranges and metadata included, through a NodePort Service.
+func TestServeFromOrigin(t *testing.T) {
+	c := env(t)
+	rel := releaseISO(t)
+	deployOrigin(t, c, rel)
+
+	const name, cacheDir = "e2e-serve", "/var/lib/upgrade-repo-e2e/serve-cache"
+	for _, n := range c.nodes { // every node downloads afresh, also on a reused cluster
+		eventually(t, time.Minute, "empty the cache of "+n.Name, func(ctx context.Context) error {
+			_, err := nodeCmd(ctx, n.Name, "rm", "-rf", cacheDir)
+			return err
+		})
+	}
+	labels := map[string]string{"app.kubernetes.io/name": name}
+	recreate(t, c, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name:            "serve",
+						Image:           c.image,
+						ImagePullPolicy: corev1.PullNever,
+						Args: []string{"serve", "--listen=:8080", "--iso-url=" + originURL(c),
+							"--iso-checksum=" + rel.checksum, "--cache-dir=/cache"},
+						Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						ReadinessProbe:  httpProbe("/readyz", 8080),
+						SecurityContext: restricted(0),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}},
+					}},
+					Volumes: []corev1.Volume{hostDir("cache", cacheDir)},
+				},
+			},
+		},
+	})
+	recreate(t, c, nodePortService(c, name, labels, 8080))
+	waitDaemonSetReady(t, c, name, 5*time.Minute)
+	port := nodePort(t, c, name)
+	for _, n := range c.nodes {
+		t.Run(n.Name, func(t *testing.T) {
+			checkServes(t, fmt.Sprintf("http://%s:%d", internalIP(t, n), port), rel)
+		})
+	}
+}
