@@ -2,10 +2,10 @@ package repo
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -118,7 +118,12 @@ func New(fsys fs.FS, opts ...Option) (*Handler, error) {
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{fsys: fsys, cfg: cfg, index: map[string]*entry{}, cache: map[string]*smallFile{}}
+	// A file system that knows how many entries it has (the ISO reader does) gets an index sized once.
+	size := 64
+	if c, ok := fsys.(interface{ Entries() int }); ok {
+		size = c.Entries() + 1
+	}
+	h := &Handler{fsys: fsys, cfg: cfg, index: make(map[string]*entry, size), cache: map[string]*smallFile{}}
 	if err := h.buildIndex(); err != nil {
 		return nil, err
 	}
@@ -187,15 +192,22 @@ func (h *Handler) buildIndex() error {
 	return nil
 }
 
-// etag is a strong entity tag from the image identity, the path and the size.
+// etag is a strong entity tag from the image identity, the path and the size: FNV-1a, 128 bits,
+// the same on every node serving the image, so that a client may resume a download from another.
 func etag(identity, name string, size int64) string {
-	s := sha256.New()
-	io.WriteString(s, identity)
-	s.Write([]byte{0})
-	io.WriteString(s, name)
-	s.Write([]byte{0})
-	io.WriteString(s, strconv.FormatInt(size, 10))
-	return `"` + hex.EncodeToString(s.Sum(nil)[:16]) + `"`
+	var buf [256]byte
+	b := append(buf[:0], identity...)
+	b = append(b, 0)
+	b = append(b, name...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, size, 10)
+	h := fnv.New128a()
+	h.Write(b)
+	var sum [16]byte
+	var out [34]byte
+	out[0], out[33] = '"', '"'
+	hex.Encode(out[1:33], h.Sum(sum[:0]))
+	return string(out[:])
 }
 
 // contentType returns the explicit type of the files a release holds; content is never sniffed.
