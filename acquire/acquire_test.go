@@ -182,6 +182,9 @@ func TestGet(t *testing.T) {
 				require.EqualValues(t, tt.wantSent, o.sent.Load())
 			}
 			require.Equal(t, tt.wantRetries, value(t, m.retries))
+			require.Equal(t, float64(len(data)), value(t, m.present))
+			require.Equal(t, float64(len(data)), value(t, m.expected))
+			require.GreaterOrEqual(t, value(t, m.fetched), float64(len(data)-tt.prefix))
 			require.Equal(t, 1.0, value(t, m.verified.WithLabelValues("ok")))
 			if tt.firstRange != "" {
 				require.Equal(t, tt.firstRange, o.ranges[0])

@@ -59,6 +59,7 @@ func TestServeFiles(t *testing.T) {
 		{name: "prefix", path: "/harvester-iso/harvester-release.yaml", code: 200, body: files["harvester-release.yaml"]},
 		{name: "prefix large", path: "/harvester-iso/rootfs.squashfs", code: 200, body: files["rootfs.squashfs"]},
 		{name: "head", method: http.MethodHead, path: "/rootfs.squashfs", code: 200, body: []byte{}},
+		{name: "head small", method: http.MethodHead, path: "/harvester-release.yaml", code: 200, body: []byte{}, ctype: "application/yaml"},
 		{name: "missing", path: "/nope.yaml", code: 404, contains: `"error":"/nope.yaml: no such file in the release"`},
 		{name: "post", method: http.MethodPost, path: "/harvester-release.yaml", code: 405},
 		{name: "delete", method: http.MethodDelete, path: "/", code: 405},
@@ -90,6 +91,9 @@ func TestServeFiles(t *testing.T) {
 			switch tt.code {
 			case 200:
 				require.Equal(t, "bytes", resp.Header.Get("Accept-Ranges"))
+				if tt.method == http.MethodHead {
+					require.Equal(t, fmt.Sprint(len(files[strings.TrimPrefix(tt.path, "/")])), resp.Header.Get("Content-Length"))
+				}
 				require.Regexp(t, `^"[0-9a-f]{32}"$`, resp.Header.Get("ETag"))
 				require.Equal(t, "Tue, 14 Nov 2023 22:13:20 GMT", resp.Header.Get("Last-Modified"))
 			case 405:
