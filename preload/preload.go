@@ -275,7 +275,7 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) error {
 	}
 	p.log.Info("archive imported", "archive", name, "source", src.Name(), "images", len(names),
 		"bytes", r.off, "seconds", time.Since(start).Seconds())
-	p.archiveImported(i)
+	p.archiveImported(i, s.Missing, names)
 	return nil
 }
 

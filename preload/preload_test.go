@@ -1,10 +1,14 @@
 package preload_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,5 +171,112 @@ func TestRun(t *testing.T) {
 		entries, err := os.ReadDir(out)
 		require.NoError(t, err)
 		require.Len(t, entries, 2)
+	})
+}
+
+// watchingStore records the preloader's status while an import has read its whole stream.
+type watchingStore struct {
+	*preloadtest.Store
+	p    *preload.Preloader
+	seen []preload.Status
+	mu   sync.Mutex
+}
+
+func (s *watchingStore) Import(ctx context.Context, r io.Reader) ([]string, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, s.p.Status())
+	s.mu.Unlock()
+	return s.Store.Import(ctx, bytes.NewReader(data))
+}
+
+func TestRunStatusWhileImporting(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "a", "b")
+	f.store = preloadtest.NewStore(f.archives[0].Refs...) // a is present, b is not
+	f.store.OnImport(tarFor("b"), f.archives[1].Refs...)
+	w := &watchingStore{Store: f.store}
+	p, err := preload.New(w, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithConcurrency(1))
+	require.NoError(t, err)
+	w.p = p
+	_, final, err := p.Run(t.Context(), os.DirFS(f.dir))
+	require.NoError(t, err)
+	require.Len(t, w.seen, 1)
+	mid := w.seen[0]
+	require.Equal(t, preload.StatePreloading, mid.State)
+	require.Equal(t, 2, mid.ImagesPresent)
+	require.Equal(t, 4, mid.ImagesTotal)
+	require.Equal(t, []string{preload.PhaseSkipped, preload.PhaseImporting}, []string{mid.Archives[0].Phase, mid.Archives[1].Phase})
+	size := int64(len(f.archives[1].Data))
+	require.Equal(t, size, mid.Archives[1].BytesTotal)
+	require.Equal(t, size, mid.BytesRead, "the whole compressed archive was read by then")
+	require.Equal(t, 4, final.ImagesPresent)
+	require.Equal(t, preload.StatePreloaded, final.State)
+}
+
+func TestHTTPSource(t *testing.T) {
+	t.Parallel()
+	data := []byte(strings.Repeat("0123456789", 1000))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/base/bundle/a.tar.zst":
+			w.Header().Set("ETag", `"v1"`)
+			http.ServeContent(w, r, "a", time.Time{}, bytes.NewReader(data))
+		case "/base/bundle/norange.tar.zst":
+			_, _ = w.Write(data)
+		case "/base/bundle/busy.tar.zst":
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	src, err := preload.NewHTTPSource(srv.URL+"/base/", srv.Client())
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		path    string
+		offset  int64
+		want    []byte
+		size    int64
+		wantErr error
+		errText string
+	}{
+		{name: "whole file", path: "bundle/a.tar.zst", want: data, size: int64(len(data))},
+		{name: "resumed at an offset", path: "bundle/a.tar.zst", offset: 9995, want: data[9995:], size: int64(len(data))},
+		{name: "missing", path: "bundle/none.tar.zst", wantErr: preload.ErrNotFound},
+		{name: "server busy is transient", path: "bundle/busy.tar.zst", wantErr: preload.ErrTransient},
+		{name: "no range support", path: "bundle/norange.tar.zst", offset: 10, errText: "got the whole file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc, size, err := src.Open(t.Context(), tc.path, tc.offset)
+			if tc.wantErr != nil || tc.errText != "" {
+				require.Error(t, err)
+				if tc.wantErr != nil {
+					require.ErrorIs(t, err, tc.wantErr)
+				}
+				require.ErrorContains(t, err, tc.errText)
+				return
+			}
+			require.NoError(t, err)
+			defer rc.Close()
+			got, err := io.ReadAll(rc)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.size, size)
+		})
+	}
+	t.Run("metadata as an fs.FS", func(t *testing.T) {
+		t.Parallel()
+		got, err := fs.ReadFile(src.FS(), "bundle/a.tar.zst")
+		require.NoError(t, err)
+		require.Equal(t, data, got)
+		_, err = fs.ReadFile(src.FS(), "bundle/none.txt")
+		require.ErrorIs(t, err, fs.ErrNotExist)
 	})
 }

@@ -67,10 +67,28 @@ func (p *Preloader) archiveRead(i int, name string, n int) {
 	p.mu.Unlock()
 }
 
-func (p *Preloader) archiveImported(i int) {
+// archiveImported counts the archive's missing images that the import created as present; the
+// final check after all imports has the last word.
+func (p *Preloader) archiveImported(i int, missing, created []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.movePhase(&p.status.Archives[i], PhaseImported)
+	a := &p.status.Archives[i]
+	p.movePhase(a, PhaseImported)
+	made := make(map[string]bool, len(created))
+	for _, n := range created {
+		made[n] = true
+	}
+	var still []string
+	for _, ref := range missing {
+		if !made[ref] {
+			still = append(still, ref)
+		}
+	}
+	gained := len(a.Missing) - len(still)
+	a.Missing = still
+	a.ImagesPresent += gained
+	p.status.ImagesPresent += gained
+	p.m.imagesPresent.Add(float64(gained))
 }
 
 func (p *Preloader) archiveFailed(i int, err error) {

@@ -83,6 +83,11 @@ func (r *resumer) Read(p []byte) (int, error) {
 			r.onRead(n)
 		}
 		if err == nil || errors.Is(err, io.EOF) {
+			if n > 0 {
+				// Progress since the last failure: a long stream over a flaky link may be
+				// cut more often than attempts in all, but never attempts times in a row.
+				r.retries = 0
+			}
 			return n, err
 		}
 		_ = r.rc.Close()
