@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -66,6 +68,13 @@ func TestPreloadCommand(t *testing.T) {
 	_, err = preloadCmd(t, "--iso", isotest.Build(t, empty), "--namespace", "other")
 	require.ErrorIs(t, err, preload.ErrIncomplete)
 	require.ErrorContains(t, err, "archive bundle/common/images/common.tar.zst from iso")
+
+	// The repo Service alone, over HTTP, into a namespace of its own.
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+	out, err = preloadCmd(t, "--repo", srv.URL, "--namespace", "from-repo")
+	require.NoError(t, err)
+	require.Contains(t, out, "ImagePreloaded: 3 of 3 images present")
 
 	_, err = preloadCmd(t)
 	require.ErrorIs(t, err, errUsage)
