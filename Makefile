@@ -70,7 +70,7 @@ verify: ## Check generated files are up to date and the chart lints and renders.
 
 .PHONY: fuzz
 fuzz: deps ## Fuzz the ISO reader for FUZZTIME (default 10m).
-	$(GO) test ./iso -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./iso -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x
 
 .PHONY: e2e
 e2e: ## Run the end-to-end test on a kind cluster (KIND_NODE_IMAGE picks the node image).
