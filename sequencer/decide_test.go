@@ -1,0 +1,368 @@
+package sequencer_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/release"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
+)
+
+var decideNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+var decideCfg = sequencer.Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 5 * time.Second}
+
+// obs builds an observation of a 2+2 node cluster with plan in phase, entered a minute ago.
+func obs(phase v1beta1.Phase, mut ...func(*sequencer.Observation)) sequencer.Observation {
+	p := newPlan("up", nil)
+	p.Status.Phase = phase
+	if phase != "" {
+		p.Status.PhaseTransitionTimestamps = []v1beta1.PhaseTransitionTimestamp{{Phase: phase, PhaseTransitionTimestamp: metav1.NewTime(decideNow.Add(-time.Minute))}}
+		p.Status.Agents = &v1beta1.AgentInstructions{ISOURL: "http://o/iso", ISOChecksum: testChecksum, Hold: true}
+		p.Status.PreviousVersion = "v1.5.2"
+	}
+	o := sequencer.Observation{
+		Now:       decideNow,
+		Plan:      p,
+		Version:   &v1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: "v1.6.0"}, Spec: v1beta1.VersionSpec{ISOURL: "http://o/iso", ISOChecksum: testChecksum}},
+		Installed: sequencer.Installed{Version: "v1.5.2"},
+		Nodes: []sequencer.NodeInfo{
+			{Name: "cp-1", ControlPlane: true, Ready: true}, {Name: "cp-2", ControlPlane: true, Ready: true},
+			{Name: "w-1", Ready: true}, {Name: "w-2", Ready: true},
+		},
+		RepoNodes: map[string]*v1beta1.RepoNodeStatus{},
+		NodeJobs:  map[string]sequencer.JobState{},
+	}
+	for _, n := range o.Nodes {
+		o.RepoNodes[n.Name] = &v1beta1.RepoNodeStatus{
+			ISO:           v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISOReady},
+			Repo:          v1beta1.RepoNodeRepo{Ready: true},
+			HeartbeatTime: metav1.NewTime(decideNow.Add(-10 * time.Second)),
+		}
+	}
+	for _, m := range mut {
+		m(&o)
+	}
+	return o
+}
+
+func nodeStates(o *sequencer.Observation, states map[string]v1beta1.NodeState) {
+	o.Plan.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
+	for n, s := range states {
+		o.Plan.Status.NodeUpgradeStatuses[n] = v1beta1.NodeUpgradeStatus{State: s}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		phase       v1beta1.Phase
+		failedPhase v1beta1.Phase
+		degraded    string // reason of a True Degraded condition; "" means not degraded
+		progressing string // reason of the Progressing condition, when checked
+		actions     []sequencer.Action
+		check       func(*testing.T, sequencer.Decision)
+	}
+	tests := []struct {
+		name string
+		o    sequencer.Observation
+		want want
+	}{
+		{name: "new plan starts", o: obs(""), want: want{phase: v1beta1.PhaseInitializing}},
+		{
+			name: "initializing snapshots the version", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Plan.Status.Agents = nil; o.Plan.Status.PreviousVersion = "" }),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, "v1.5.2", d.Status.PreviousVersion)
+				require.Equal(t, testChecksum, d.Status.ISOImageID)
+				require.Equal(t, &v1beta1.AgentInstructions{ISOURL: "http://o/iso", ISOChecksum: testChecksum, Hold: true}, d.Status.Agents)
+				require.Len(t, d.Status.NodeUpgradeStatuses, 4)
+			}},
+		},
+		{
+			name: "missing version waits", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Version = nil }),
+			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending"},
+		},
+		{
+			name: "unknown installed version waits", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Installed = sequencer.Installed{}; o.Plan.Status.PreviousVersion = "" }),
+			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending"},
+		},
+		{
+			name: "downgrade fails", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Installed.Version = "v1.6.1"; o.Plan.Status.PreviousVersion = "" }),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "PolicyCheckFailed", check: func(t *testing.T, d sequencer.Decision) {
+				require.False(t, d.Status.Agents.Hold)
+			}},
+		},
+		{
+			name: "forced downgrade goes on with a warning", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) {
+				o.Installed.Version = "v1.6.1"
+				o.Plan.Status.PreviousVersion = ""
+				o.Plan.Spec.Force = true
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, d.Events, sequencer.Event{Warning: true, Reason: "PolicyForced", Message: "NoDowngrade: v1.6.0 is older than the installed v1.6.1 (forced)"})
+			}},
+		},
+		{name: "done phase moves on", o: obs(v1beta1.PhaseInitialized), want: want{phase: v1beta1.PhaseISODownloading}},
+		{name: "all ISOs ready", o: obs(v1beta1.PhaseISODownloading), want: want{phase: v1beta1.PhaseISODownloaded}},
+		{
+			name: "an ISO downloading waits", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["w-1"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISODownloading, BytesDone: 25, BytesTotal: 100}
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, progressing: "ISODownloading", check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionProgressing).Message, "w-1: Downloading 25%")
+				require.Equal(t, decideCfg.Poll, d.RequeueAfter)
+			}},
+		},
+		{
+			name: "a slow download becomes degraded", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["w-1"].ISO.State = v1beta1.ISODownloading
+				o.Now = o.Now.Add(time.Hour)
+				for _, r := range o.RepoNodes {
+					r.HeartbeatTime = metav1.NewTime(o.Now)
+				}
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, degraded: "ISODownloading"},
+		},
+		{
+			name: "a failed download is degraded", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["w-2"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISOFailed, Message: "sha512 mismatch"}
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, degraded: "ISODownloadStalled"},
+		},
+		{
+			name: "a silent agent is degraded", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["cp-2"].HeartbeatTime = metav1.NewTime(decideNow.Add(-time.Hour))
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, degraded: "ISODownloadStalled"},
+		},
+		{
+			name: "an agent on another ISO is waited for", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["cp-2"].ISO.Checksum = "old"
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, progressing: "ISODownloading"},
+		},
+		{name: "repo without endpoints waits", o: obs(v1beta1.PhaseRepoCreating), want: want{phase: v1beta1.PhaseRepoCreating, progressing: "RepoNotReady"}},
+		{name: "repo ready", o: obs(v1beta1.PhaseRepoCreating, func(o *sequencer.Observation) { o.ReadyEndpoints = 2 }), want: want{phase: v1beta1.PhaseRepoCreated}},
+		{
+			name: "metadata unreadable waits", o: obs(v1beta1.PhaseMetadataPopulating, func(o *sequencer.Observation) { o.ReleaseErr = errors.New("connection refused") }),
+			want: want{phase: v1beta1.PhaseMetadataPopulating, progressing: "MetadataUnavailable"},
+		},
+		{
+			name: "metadata of another release fails", o: obs(v1beta1.PhaseMetadataPopulating, func(o *sequencer.Observation) { o.Release = &release.Release{Harvester: "v1.5.3"} }),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseMetadataPopulating, degraded: "ReleaseMismatch"},
+		},
+		{
+			name: "installed below the release's minimum fails", o: obs(v1beta1.PhaseMetadataPopulating, func(o *sequencer.Observation) {
+				o.Release = &release.Release{Harvester: "v1.6.0", MinUpgradableVersion: "v1.5.3"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseMetadataPopulating, degraded: "PolicyCheckFailed"},
+		},
+		{
+			name: "metadata populated", o: obs(v1beta1.PhaseMetadataPopulating, func(o *sequencer.Observation) {
+				o.Release = &release.Release{Harvester: "v1.6.0", Kubernetes: "v1.33.3+rke2r1", MinUpgradableVersion: "v1.5.0"}
+			}),
+			want: want{phase: v1beta1.PhaseMetadataPopulated, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, "v1.33.3+rke2r1", d.Status.ReleaseMetadata.Kubernetes)
+			}},
+		},
+		{
+			name: "preload starts as many nodes as the concurrency", o: obs(v1beta1.PhaseImagePreloading),
+			want: want{phase: v1beta1.PhaseImagePreloading, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, []string{"cp-1", "cp-2"}, d.Status.Agents.PreloadNodes)
+				require.Equal(t, v1beta1.NodeImagePreloadPending, d.Status.NodeUpgradeStatuses["w-1"].State)
+			}},
+		},
+		{
+			name: "a finished preload frees a slot", o: obs(v1beta1.PhaseImagePreloading, func(o *sequencer.Observation) {
+				o.Plan.Status.Agents.PreloadNodes = []string{"cp-1", "cp-2"}
+				o.RepoNodes["cp-1"].Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadDone, ImagesDone: 3, ImagesTotal: 3}
+				o.RepoNodes["cp-2"].Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadRunning, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9}
+			}),
+			want: want{phase: v1beta1.PhaseImagePreloading, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, []string{"cp-1", "cp-2", "w-1"}, d.Status.Agents.PreloadNodes)
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeImagePreloading, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9}, d.Status.NodeUpgradeStatuses["cp-2"])
+				require.Equal(t, v1beta1.NodeImagePreloaded, d.Status.NodeUpgradeStatuses["cp-1"].State)
+			}},
+		},
+		{
+			name: "concurrency 0 preloads everywhere", o: obs(v1beta1.PhaseImagePreloading, func(o *sequencer.Observation) { o.Plan.Spec.ImagePreloadOption = nil }),
+			want: want{phase: v1beta1.PhaseImagePreloading, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, []string{"cp-1", "cp-2", "w-1", "w-2"}, d.Status.Agents.PreloadNodes)
+			}},
+		},
+		{
+			name: "a failed preload fails the plan", o: obs(v1beta1.PhaseImagePreloading, func(o *sequencer.Observation) {
+				o.RepoNodes["w-2"].Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadFailed, Reason: "ImportFailed", Message: "disk full"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseImagePreloading, degraded: "ImagePreloadFailed"},
+		},
+		{
+			name: "all preloaded", o: obs(v1beta1.PhaseImagePreloading, func(o *sequencer.Observation) {
+				for _, r := range o.RepoNodes {
+					r.Preload.State = v1beta1.PreloadDone
+				}
+			}),
+			want: want{phase: v1beta1.PhaseImagePreloaded},
+		},
+		{
+			name: "interactive waits before the cluster upgrade", o: obs(v1beta1.PhaseImagePreloaded, func(o *sequencer.Observation) { o.Plan.Spec.Mode = v1beta1.ModeInteractive }),
+			want: want{phase: v1beta1.PhaseImagePreloaded, progressing: "AwaitingApproval"},
+		},
+		{
+			name: "interactive approved", o: obs(v1beta1.PhaseImagePreloaded, func(o *sequencer.Observation) {
+				o.Plan.Spec.Mode = v1beta1.ModeInteractive
+				o.Plan.Annotations = map[string]string{v1beta1.ApproveAnnotation: "w-1, cluster"}
+			}),
+			want: want{phase: v1beta1.PhaseClusterUpgrading},
+		},
+		{
+			name: "cluster job created", o: obs(v1beta1.PhaseClusterUpgrading),
+			want: want{phase: v1beta1.PhaseClusterUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionCreateClusterJob}}},
+		},
+		{
+			name: "cluster job running", o: obs(v1beta1.PhaseClusterUpgrading, func(o *sequencer.Observation) { o.ClusterJob = sequencer.JobState{Exists: true} }),
+			want: want{phase: v1beta1.PhaseClusterUpgrading, progressing: "ClusterJobRunning"},
+		},
+		{
+			name: "cluster job done", o: obs(v1beta1.PhaseClusterUpgrading, func(o *sequencer.Observation) { o.ClusterJob = sequencer.JobState{Exists: true, Succeeded: true} }),
+			want: want{phase: v1beta1.PhaseClusterUpgraded},
+		},
+		{
+			name: "cluster job failed", o: obs(v1beta1.PhaseClusterUpgrading, func(o *sequencer.Observation) {
+				o.ClusterJob = sequencer.JobState{Exists: true, Failed: true, Message: "BackoffLimitExceeded"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseClusterUpgrading, degraded: "ClusterJobFailed"},
+		},
+		{
+			name: "first control-plane node cordoned alone", o: obs(v1beta1.PhaseNodeUpgrading),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionCordon, Node: "cp-1"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, "WaitingForControlPlane", d.Status.NodeUpgradeStatuses["w-1"].Reason)
+				require.Equal(t, v1beta1.NodeUpgradePending, d.Status.NodeUpgradeStatuses["cp-2"].State)
+			}},
+		},
+		{
+			name: "cordoned node is drained", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeCordoned})
+				o.Nodes[0].Unschedulable = true
+				o.PodsToEvict = map[string]int{"cp-1": 3}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionDrain, Node: "cp-1"}}},
+		},
+		{
+			name: "drained node gets its job", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeCordoned})
+				o.Nodes[0].Unschedulable = true
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionCreateNodeJob, Node: "cp-1"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, v1beta1.NodeUpgrading, d.Status.NodeUpgradeStatuses["cp-1"].State)
+			}},
+		},
+		{
+			name: "node job done: uncordon and start the next control-plane node", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgrading})
+				o.Nodes[0].Unschedulable = true
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Succeeded: true}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionUncordon, Node: "cp-1"}, {Kind: sequencer.ActionCordon, Node: "cp-2"}}},
+		},
+		{
+			name: "workers go with the concurrency once the control plane is done", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgraded, "cp-2": v1beta1.NodeUpgraded})
+				o.Nodes = append(o.Nodes, sequencer.NodeInfo{Name: "w-3", Ready: true})
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionCordon, Node: "w-1"}, {Kind: sequencer.ActionCordon, Node: "w-2"}}},
+		},
+		{
+			name: "a paused node is held", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgraded, "cp-2": v1beta1.NodeUpgraded, "w-1": v1beta1.NodeUpgraded})
+				o.Plan.Spec.NodeUpgradeOption.PauseNodes = []string{"w-2"}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, progressing: "NodesHeld", check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePaused, Reason: "NodePaused", Message: "listed in nodeUpgradeOption.pauseNodes"}, d.Status.NodeUpgradeStatuses["w-2"])
+			}},
+		},
+		{
+			name: "a node job failed", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgrading})
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Failed: true, Message: "exit 1"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseNodeUpgrading, degraded: "NodeUpgradeFailed"},
+		},
+		{
+			name: "all nodes upgraded", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgraded, "cp-2": v1beta1.NodeUpgraded, "w-1": v1beta1.NodeUpgraded, "w-2": v1beta1.NodeUpgraded})
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgraded},
+		},
+		{
+			name: "system-upgrade-controller plans applied", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				o.Plan.Spec.NodeUpgradeOption.Executor = v1beta1.ExecutorSystemUpgradeController
+				o.SUC = sequencer.SUCProgress{Exists: true, Upgraded: []string{"cp-1"}}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionApplySUCPlans}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, v1beta1.NodeUpgraded, d.Status.NodeUpgradeStatuses["cp-1"].State)
+				require.Equal(t, v1beta1.NodeUpgrading, d.Status.NodeUpgradeStatuses["w-1"].State)
+			}},
+		},
+		{
+			name: "system-upgrade-controller done", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				o.Plan.Spec.NodeUpgradeOption.Executor = v1beta1.ExecutorSystemUpgradeController
+				o.SUC = sequencer.SUCProgress{Exists: true, Upgraded: []string{"cp-1", "cp-2", "w-1", "w-2"}}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgraded, actions: []sequencer.Action{{Kind: sequencer.ActionApplySUCPlans}}},
+		},
+		{
+			name: "cleaning up", o: obs(v1beta1.PhaseCleaningUp),
+			want: want{phase: v1beta1.PhaseCleanedUp, actions: []sequencer.Action{{Kind: sequencer.ActionCleanUp}, {Kind: sequencer.ActionRecordInstalled}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.False(t, d.Status.Agents.Hold)
+			}},
+		},
+		{
+			name: "succeeded", o: obs(v1beta1.PhaseCleanedUp),
+			want: want{phase: v1beta1.PhaseSucceeded, check: func(t *testing.T, d sequencer.Decision) {
+				require.True(t, meta.IsStatusConditionTrue(d.Status.Conditions, v1beta1.ConditionAvailable))
+				require.True(t, meta.IsStatusConditionFalse(d.Status.Conditions, v1beta1.ConditionProgressing))
+			}},
+		},
+		{name: "finished plans stay", o: obs(v1beta1.PhaseSucceeded), want: want{phase: v1beta1.PhaseSucceeded}},
+		{name: "an unknown phase fails", o: obs("Upgrading"), want: want{phase: v1beta1.PhaseFailed, failedPhase: "Upgrading", degraded: "UnknownPhase"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before := tt.o.Plan.DeepCopy()
+			d := sequencer.Decide(decideCfg, tt.o)
+			require.Equal(t, before, tt.o.Plan, "Decide must not change its input")
+			require.Equal(t, d, sequencer.Decide(decideCfg, tt.o), "Decide must be deterministic")
+			require.Equal(t, tt.want.phase, d.Status.Phase, "conditions: %+v", d.Status.Conditions)
+			require.Equal(t, tt.want.failedPhase, d.Status.FailedPhase)
+			deg := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded)
+			if tt.want.degraded != "" {
+				require.NotNil(t, deg)
+				require.Equal(t, metav1.ConditionTrue, deg.Status)
+				require.Equal(t, tt.want.degraded, deg.Reason)
+				require.NotEmpty(t, deg.Message)
+			} else if deg != nil {
+				require.Equal(t, metav1.ConditionFalse, deg.Status, "degraded: %s", deg.Message)
+			}
+			if tt.want.progressing != "" {
+				require.Equal(t, tt.want.progressing, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionProgressing).Reason)
+			}
+			require.Equal(t, tt.want.actions, d.Actions)
+			if tt.want.check != nil {
+				tt.want.check(t, d)
+			}
+			if tt.want.phase != tt.o.Plan.Status.Phase {
+				last := d.Status.PhaseTransitionTimestamps[len(d.Status.PhaseTransitionTimestamps)-1]
+				require.Equal(t, tt.want.phase, last.Phase)
+				require.True(t, last.PhaseTransitionTimestamp.Time.Equal(decideNow) || tt.o.Now != decideNow)
+			}
+		})
+	}
+}
