@@ -280,3 +280,47 @@ func TestHTTPSource(t *testing.T) {
 		require.ErrorIs(t, err, fs.ErrNotExist)
 	})
 }
+
+// gateStore lets imports proceed only in pairs: each waits until a second one is in flight. It
+// records the most imports seen at once.
+type gateStore struct {
+	*preloadtest.Store
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	arrived  chan struct{}
+}
+
+func (s *gateStore) Import(ctx context.Context, r io.Reader) ([]string, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	// Two imports pair up on the unbuffered channel: one sends, the other receives.
+	select {
+	case s.arrived <- struct{}{}:
+	case <-s.arrived:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("no second import ran alongside this one")
+	}
+	return s.Store.Import(ctx, r)
+}
+
+func TestRunConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "a", "b", "c", "d")
+	g := &gateStore{Store: f.store, arrived: make(chan struct{})}
+	p, err := preload.New(g, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithConcurrency(2))
+	require.NoError(t, err)
+	_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
+	require.NoError(t, err)
+	require.Equal(t, preload.StatePreloaded, st.State)
+	require.Equal(t, 2, g.most)
+}

@@ -2,9 +2,10 @@
 // with its own root, state, configuration and socket in a temporary directory, so that tests
 // import and inspect images against the real thing without touching the node's daemon.
 //
-// The daemon runs with the CRI plugin disabled (it starts in well under a second) and the native
-// snapshotter as default. Tests that are not run as root, or on a machine without the containerd
-// binary, are skipped with a message that says why.
+// The daemon runs with the CRI plugin and the unusable snapshotters disabled, so it starts in well
+// under a second; everything it writes stays under its directory. When the binary is missing and
+// the test runs as root, Debian's containerd package is installed first. Tests that are not run as
+// root, or on a machine still without the binary, are skipped with a message that says why.
 package containerdtest
 
 import (
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,27 @@ const DefaultBinary = "/usr/bin/containerd"
 
 // startTimeout bounds how long Start waits for the daemon's socket to accept connections.
 const startTimeout = 30 * time.Second
+
+var (
+	installOnce sync.Once
+	installErr  string
+)
+
+// install installs Debian's containerd package, once per process, when the binary is missing.
+func install() {
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		installErr = "(and there is no apt-get to install it)"
+		return
+	}
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "containerd"}} {
+		cmd := exec.Command("apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			installErr = fmt.Sprintf("(apt-get %s failed: %v: %s)", args[0], err, bytes.TrimSpace(out))
+			return
+		}
+	}
+}
 
 // Daemon is one running containerd started by Start. Its fields are read-only.
 type Daemon struct {
@@ -53,8 +76,9 @@ func WithBinary(path string) Option { return func(o *options) { o.binary = path 
 
 // Start runs a fresh containerd for the test and waits until its socket accepts connections. The
 // daemon is stopped (SIGTERM, then SIGKILL after a grace period) and its directory removed when the
-// test and its subtests finish. Start skips the test when not run as root or when the binary is
-// missing, and fails it when the daemon does not come up, quoting the end of the daemon's log.
+// test and its subtests finish. When Debian's binary is missing, Start installs the containerd
+// package with apt-get (once per process). It skips the test when not run as root or when the
+// binary is still missing, and fails it when the daemon does not come up, quoting the end of the daemon's log.
 func Start(t testing.TB, opts ...Option) *Daemon {
 	t.Helper()
 	o := options{binary: DefaultBinary}
@@ -64,8 +88,11 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 	if os.Geteuid() != 0 {
 		t.Skip("containerdtest: a real containerd needs root; run the tests as root (CI does)")
 	}
+	if _, err := os.Stat(o.binary); err != nil && o.binary == DefaultBinary {
+		installOnce.Do(install)
+	}
 	if _, err := os.Stat(o.binary); err != nil {
-		t.Skipf("containerdtest: no containerd binary at %s (make deps installs it): %v", o.binary, err)
+		t.Skipf("containerdtest: no containerd binary at %s (make deps installs it): %v %s", o.binary, err, installErr)
 	}
 	// A unix socket path must stay under 108 bytes, so the directory is short and not t.TempDir().
 	dir, err := os.MkdirTemp("", "ctd-")
