@@ -89,7 +89,10 @@ func TestDecide(t *testing.T) {
 			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending"},
 		},
 		{
-			name: "unknown installed version waits", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Installed = sequencer.Installed{}; o.Plan.Status.PreviousVersion = "" }),
+			name: "unknown installed version waits", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) {
+				o.Installed = sequencer.Installed{}
+				o.Plan.Status.PreviousVersion = ""
+			}),
 			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending"},
 		},
 		{
