@@ -29,6 +29,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	image := fset.String("upgrade-image", "", "upgrade `image` for plans that name none")
 	sucNamespace := fset.String("suc-namespace", "cattle-system", "system-upgrade-controller's `namespace`")
 	leaderElect := fset.Bool("leader-elect", true, "elect a leader among replicas")
+	leaseNamespace := fset.String("leader-election-namespace", "", "`namespace` of the leader lease (--namespace when empty)")
 	metricsAddr := fset.String("metrics-bind-address", ":8081", "`address` of the metrics endpoint; 0 disables it")
 	probeAddr := fset.String("health-probe-bind-address", ":8082", "`address` of the health probes")
 	stallAfter := fset.Duration("stall-after", sequencer.DefaultConfig.StallAfter, "how long a short phase may wait before the plan is Degraded")
@@ -50,6 +51,9 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	if ns == "" {
 		ns = "upgrade-repo"
 	}
+	if *leaseNamespace == "" {
+		*leaseNamespace = ns
+	}
 	cfg, err := sequencerRESTConfig(*kubeconfig)
 	if err != nil {
 		return err
@@ -63,7 +67,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		Scheme:                  s,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "upgrade-repo-sequencer",
-		LeaderElectionNamespace: ns,
+		LeaderElectionNamespace: *leaseNamespace,
 		// Give up the lease on shutdown so a new leader starts at once.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
