@@ -41,11 +41,13 @@ func run(w io.Writer, args []string) error {
 	midMB := fset.Int64("mid-mb", 100, "MiB of the middle layer each half of the images shares")
 	ownMB := fset.Int64("own-mb", 40, "MiB of each image's own layer")
 	list := fset.String("list", "", "also write the image list (one reference a line) to this file")
+	seed := fset.Uint64("seed", 0, "varies every layer and image name, for several distinct archives")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	base := layer{name: "base", size: *baseMB << 20, seed: 1}
-	mids := []layer{{name: "mid-a", size: *midMB << 20, seed: 2}, {name: "mid-b", size: *midMB << 20, seed: 3}}
+	s0 := *seed * 1000
+	base := layer{name: "base", size: *baseMB << 20, seed: s0 + 1}
+	mids := []layer{{name: "mid-a", size: *midMB << 20, seed: s0 + 2}, {name: "mid-b", size: *midMB << 20, seed: s0 + 3}}
 	tw := tar.NewWriter(w)
 	diffIDs := map[string]string{}
 	writeLayer := func(l layer) (string, error) {
@@ -68,7 +70,7 @@ func run(w io.Writer, args []string) error {
 	var manifest []entry
 	var refs []string
 	for i := range *images {
-		ls := []layer{base, mids[i%2], {name: fmt.Sprintf("own-%d", i), size: *ownMB << 20, seed: uint64(10 + i)}}
+		ls := []layer{base, mids[i%2], {name: fmt.Sprintf("own-%d", i), size: *ownMB << 20, seed: s0 + uint64(10+i)}}
 		var paths, ids []string
 		for _, l := range ls {
 			p, err := writeLayer(l)
@@ -92,7 +94,7 @@ func run(w io.Writer, args []string) error {
 		if err := writeFile(tw, cfgName, cfg); err != nil {
 			return err
 		}
-		tag := fmt.Sprintf("rancher/bench-%d:v1.0.%d", i, i)
+		tag := fmt.Sprintf("rancher/bench-%d-%d:v1.0.%d", *seed, i, i)
 		refs = append(refs, "docker.io/"+tag)
 		manifest = append(manifest, entry{Config: cfgName, RepoTags: []string{tag}, Layers: paths})
 	}
@@ -148,7 +150,7 @@ func sumOf(h hash.Hash) []byte { return h.Sum(nil) }
 // fill writes n bytes in 64 KiB chunks of which 56 KiB are random and 8 KiB a repeated pattern,
 // so zstd shrinks them about as much as it shrinks typical image layers of binaries.
 func fill(w io.Writer, n int64, seed uint64) error {
-	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 42})
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), 42})
 	buf := make([]byte, 64<<10)
 	pattern := []byte(strings.Repeat("usr/lib/x86_64-linux-gnu/libexample.so.1 ", 200))
 	for n > 0 {
