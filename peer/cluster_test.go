@@ -1,0 +1,195 @@
+package peer_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha512"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testLog discards below warnings; set UPGRADE_REPO_TEST_LOG=1 to see everything.
+func testLog() *slog.Logger {
+	if os.Getenv("UPGRADE_REPO_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// origin serves one ISO over HTTP and counts the bytes it sends.
+type origin struct {
+	srv  *httptest.Server
+	sent atomic.Int64
+}
+
+func newOrigin(t *testing.T, data []byte) *origin {
+	o := &origin{}
+	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countWriter{ResponseWriter: w, n: &o.sent}
+		http.ServeContent(cw, r, "release.iso", time.Time{}, bytes.NewReader(data))
+	}))
+	t.Cleanup(o.srv.Close)
+	return o
+}
+
+func (o *origin) url() string { return o.srv.URL + "/release.iso" }
+
+type countWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// isoData returns random content of the given size and its sha512.
+func isoData(t *testing.T, size int) ([]byte, string) {
+	b := make([]byte, size)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	s := sha512.Sum512(b)
+	return b, hex.EncodeToString(s[:])
+}
+
+// node is one member: a directory, a store served over HTTP, a real memberlist member on
+// 127.0.0.1 and a fetcher.
+type node struct {
+	name    string
+	dir     *peer.Directory
+	store   *peer.Store
+	srv     *httptest.Server
+	gossip  *memberlist.Node
+	fetcher *peer.Fetcher
+	metrics *peer.Metrics
+	reg     *prometheus.Registry
+	cache   string
+	client  *http.Client
+	stop    func()
+	stopped sync.Once
+}
+
+type nodeConfig struct {
+	wrap func(http.Handler) http.Handler
+	opts []peer.FetchOption
+}
+
+const testChunk = 256 << 10
+
+func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node {
+	t.Helper()
+	n := &node{name: name, dir: peer.NewDirectory(name), cache: t.TempDir(), reg: prometheus.NewRegistry()}
+	var err error
+	n.metrics, err = peer.NewMetrics(n.reg)
+	require.NoError(t, err)
+	n.store = peer.NewStore(n.dir, nil)
+	var h http.Handler = peer.NewHandler(testLog(), n.store, n.metrics)
+	if cfg.wrap != nil {
+		h = cfg.wrap(h)
+	}
+	n.srv = httptest.NewServer(h)
+	n.gossip, err = memberlist.New(testLog(), name, n.srv.Listener.Addr().String(), n.dir,
+		memberlist.WithBind("127.0.0.1", 0), memberlist.WithLocalTimers(), memberlist.WithMetrics(n.metrics),
+		memberlist.WithBatch(20*time.Millisecond))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = n.gossip.Run(ctx)
+	}()
+	n.client = &http.Client{Transport: &http.Transport{}}
+	opts := append([]peer.FetchOption{peer.WithHTTPClient(n.client), peer.WithMetrics(n.metrics),
+		peer.WithChunkSize(testChunk), peer.WithSettle(2 * time.Second), peer.WithHedgeAfter(2 * time.Second)}, cfg.opts...)
+	n.fetcher, err = peer.NewFetcher(testLog(), n.dir, n.gossip, n.store, opts...)
+	require.NoError(t, err)
+	n.stop = func() {
+		n.stopped.Do(func() {
+			cancel()
+			<-done
+			n.srv.CloseClientConnections()
+			n.srv.Close()
+			n.client.CloseIdleConnections()
+		})
+	}
+	t.Cleanup(n.stop)
+	if len(seeds) > 0 {
+		_, err := n.gossip.Join(t.Context(), seeds)
+		require.NoError(t, err)
+	}
+	return n
+}
+
+func (n *node) fetch(ctx context.Context, sha, url string) (*peer.LocalISO, peer.Progress, error) {
+	var last peer.Progress
+	l, err := n.fetcher.Fetch(ctx, peer.Request{SHA512: sha, OriginURL: url, Path: filepath.Join(n.cache, "release.iso")},
+		func(p peer.Progress) { last = p })
+	return l, last, err
+}
+
+func (n *node) requireISO(t *testing.T, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(filepath.Join(n.cache, "release.iso"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "%s holds a different ISO", n.name)
+}
+
+// waitFor waits, up to a deadline, until cond holds, re-checking at each directory change.
+func waitFor(t *testing.T, dir *peer.Directory, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(45 * time.Second)
+	for !cond() {
+		select {
+		case <-dir.Changed():
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// metricValue returns the value of a gauge or counter of n's registry, with the given label value
+// ("" for none); 0 when it was never set.
+func metricValue(t *testing.T, n *node, name, label string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

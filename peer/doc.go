@@ -1,0 +1,34 @@
+// Package peer decides who holds what and moves content between nodes, verified, never trusted.
+//
+// A Directory records, for every member of the gossip ring, the content it holds: release ISOs by
+// sha512 (complete, or which chunks are held while downloading) and image blobs by sha256 digest.
+// Full inventories travel in the gossip layer's push/pull state, changes in small batched deltas;
+// the wire format is this package's, the gossip technology is an adapter's (peer/memberlist).
+//
+// Content moves over plain HTTP (Handler serves, Fetcher fetches). The node that needs an ISO
+// splits it into fixed-size chunks and fills the missing ones from peers in parallel, falls back to
+// the origin URL for chunks no peer has, and verifies the sha512 of the whole ISO before it is
+// used.
+//
+// # Trust
+//
+// The sha512 of the whole ISO, given by the operator, is the only anchor of trust; peers are never
+// believed. Every holder computes the sha256 of each chunk as it stores it and publishes the list
+// at /v1/iso/{sha512}/chunks. When a chunk arrives from peer P, its sha256 is compared with the
+// digests that the other holders (never P itself) advertise for that chunk, and the digest most of
+// them agree on wins; bytes that disagree are thrown away, P is avoided for a while and the chunk
+// is fetched from another source. A chunk that no other holder can vouch for is accepted but
+// remembered as weakly verified, with its source. When the final sha512 fails, every weakly
+// verified chunk is fetched again from the origin and compared: the sources of the chunks that
+// differ are avoided, the origin's bytes are kept, and the whole file is hashed again. A holder
+// that lies consistently in its digests and its bytes can therefore cost a re-fetch, never a
+// corrupt ISO.
+//
+// # Sharing the origin
+//
+// Nodes that download the same ISO at the same time split the chunks among themselves by
+// rendezvous hashing over the members that advertise the ISO: a node fetches from the origin only
+// the chunks it owns, or chunks whose owner has left or stalled, and takes every other chunk from
+// whichever peer holds it as soon as the directory says so. With N nodes starting together the
+// origin sends about one copy of the ISO instead of N.
+package peer

@@ -1,0 +1,695 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// originSource names the origin URL among the sources of a chunk.
+const originSource = ""
+
+// Fetcher fills ISOs from peers and the origin URL, chunk by chunk, verified. Safe for concurrent
+// use; each Fetch runs on its own.
+type Fetcher struct {
+	log     *slog.Logger
+	dir     *Directory
+	members Membership
+	store   *Store
+	o       fetchOptions
+}
+
+type fetchOptions struct {
+	client     *http.Client
+	metrics    *Metrics
+	chunkSize  int64
+	parallel   int
+	hedgeAfter time.Duration
+	stallAfter time.Duration
+	avoidFor   time.Duration
+	settle     time.Duration
+	tick       time.Duration
+}
+
+// FetchOption configures a Fetcher.
+type FetchOption func(*fetchOptions)
+
+// WithHTTPClient sets the client for peers and the origin (default: a client with no overall
+// timeout; stalls are caught by the hedging and stall timers).
+func WithHTTPClient(c *http.Client) FetchOption { return func(o *fetchOptions) { o.client = c } }
+
+// WithMetrics records bytes fetched and verification failures.
+func WithMetrics(m *Metrics) FetchOption { return func(o *fetchOptions) { o.metrics = m } }
+
+// WithChunkSize sets the chunk size used when no peer advertises one (default DefaultChunkSize).
+func WithChunkSize(n int64) FetchOption { return func(o *fetchOptions) { o.chunkSize = n } }
+
+// WithParallel sets how many chunks are fetched at once (default 4).
+func WithParallel(n int) FetchOption { return func(o *fetchOptions) { o.parallel = max(1, n) } }
+
+// WithHedgeAfter sets after how long a chunk still in flight is asked from a second source too
+// (default 5s).
+func WithHedgeAfter(d time.Duration) FetchOption { return func(o *fetchOptions) { o.hedgeAfter = d } }
+
+// WithStallAfter sets how long a node waits for the owner of a chunk to fetch it from the origin
+// before fetching it itself (default 10s).
+func WithStallAfter(d time.Duration) FetchOption { return func(o *fetchOptions) { o.stallAfter = d } }
+
+// WithAvoidFor sets how long a peer that sent bad bytes or failed is avoided (default 1m; a peer
+// that failed without sending bad bytes is avoided a tenth of that).
+func WithAvoidFor(d time.Duration) FetchOption { return func(o *fetchOptions) { o.avoidFor = d } }
+
+// WithSettle sets how long a fetch waits at most, before it asks the origin for anything, for the
+// nodes starting at the same time to learn of each other (default 3s). The wait ends after a
+// third of it when every live member advertises the ISO and the membership did not change.
+func WithSettle(d time.Duration) FetchOption { return func(o *fetchOptions) { o.settle = d } }
+
+// NewFetcher returns a fetcher that finds holders in dir, their addresses in members, and stores
+// what it fetches in store.
+func NewFetcher(log *slog.Logger, dir *Directory, members Membership, store *Store, opts ...FetchOption) (*Fetcher, error) {
+	if dir == nil || members == nil || store == nil {
+		return nil, errors.New("new fetcher: directory, membership and store are required")
+	}
+	o := fetchOptions{client: &http.Client{}, chunkSize: DefaultChunkSize, parallel: 4,
+		hedgeAfter: 5 * time.Second, stallAfter: 10 * time.Second, avoidFor: time.Minute,
+		settle: 3 * time.Second, tick: 200 * time.Millisecond}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Fetcher{log: log, dir: dir, members: members, store: store, o: o}, nil
+}
+
+// Request names an ISO to fetch.
+type Request struct {
+	// SHA512 is the hex sha512 of the ISO: the anchor of trust.
+	SHA512 string
+	// OriginURL is where the ISO comes from when no peer has it; empty means peers only.
+	OriginURL string
+	// Path is the final path of the verified ISO; the partial download lives beside it.
+	Path string
+}
+
+// Progress is how far a fetch went.
+type Progress struct {
+	// Size is the ISO size in bytes (0 until known).
+	Size int64 `json:"size"`
+	// Held is how many bytes are held and chunk-verified.
+	Held int64 `json:"held"`
+	// FromPeers and FromOrigin count the bytes kept, by source, in this process.
+	FromPeers  int64 `json:"fromPeers"`
+	FromOrigin int64 `json:"fromOrigin"`
+	// Verified is true once the sha512 of the whole ISO matched.
+	Verified bool `json:"verified"`
+}
+
+// Fetch fills the ISO into req.Path and returns it once its sha512 is verified. A partial
+// download left by an earlier call is resumed. On error the partial download stays for the next
+// call; ErrVerification (wrapped) means the bytes could not be made to match the sha512.
+func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress)) (*LocalISO, error) {
+	if _, err := ParseChecksum(req.SHA512); err != nil {
+		return nil, fmt.Errorf("fetch ISO: %w", err)
+	}
+	if l, ok := f.store.ISO(req.SHA512); ok && l.Complete() {
+		return l, nil
+	}
+	if st, err := os.Stat(req.Path); err == nil && st.Mode().IsRegular() {
+		l, err := f.store.AddComplete(req.Path, req.SHA512, f.chunkSizeFor(req.SHA512))
+		if err == nil {
+			return l, nil
+		}
+		f.log.Warn("cached ISO does not verify, fetching it again", "path", req.Path, "err", err)
+		if err := os.Remove(req.Path); err != nil {
+			return nil, fmt.Errorf("remove unverified ISO: %w", err)
+		}
+	}
+	l, ok := f.store.ISO(req.SHA512)
+	if !ok {
+		size, chunk, err := f.discover(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if l, err = f.store.openPartial(req.Path, req.SHA512, size, chunk); err != nil {
+			return nil, err
+		}
+	}
+	r := &run{f: f, req: req, iso: l, n: numChunks(l.size, l.chunkSize), progress: progress,
+		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
+		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
+		results: make(chan result, 64), start: time.Now(), membersChanged: time.Now()}
+	return l, r.run(ctx)
+}
+
+func (f *Fetcher) chunkSizeFor(sha string) int64 {
+	for _, h := range f.dir.ISOHolders(sha) {
+		return h.ISO.ChunkSize
+	}
+	return f.o.chunkSize
+}
+
+// discover learns the ISO's size: from the origin when it answers, else from what peers
+// advertise (a wrong size from a peer only fails the final sha512).
+func (f *Fetcher) discover(ctx context.Context, req Request) (int64, int64, error) {
+	chunk := f.chunkSizeFor(req.SHA512)
+	var originErr error
+	if req.OriginURL != "" {
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodHead, req.OriginURL, nil)
+		if err != nil {
+			return 0, 0, fmt.Errorf("origin URL %q: %w", req.OriginURL, err)
+		}
+		resp, err := f.o.client.Do(hreq)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && resp.ContentLength > 0 {
+				return resp.ContentLength, chunk, nil
+			}
+			err = fmt.Errorf("HEAD %s: status %s, length %d", req.OriginURL, resp.Status, resp.ContentLength)
+		}
+		originErr = err
+	}
+	for _, h := range f.dir.ISOHolders(req.SHA512) {
+		return h.ISO.Size, h.ISO.ChunkSize, nil
+	}
+	if originErr != nil {
+		return 0, 0, fmt.Errorf("learn the ISO size: no peer holds it and the origin failed: %w", originErr)
+	}
+	return 0, 0, fmt.Errorf("learn the ISO size of %.16s: no peer holds it and no origin URL is set: %w", req.SHA512, ErrNotFound)
+}
+
+// run is the state of one Fetch; only its run goroutine touches the fields below mu-less.
+type run struct {
+	f        *Fetcher
+	req      Request
+	iso      *LocalISO
+	n        int
+	progress func(Progress)
+	start    time.Time
+
+	inflight map[int][]*job
+	avoid    map[string]time.Time
+	weak     map[int]string // chunk → peer it came from, when no other holder vouched for it
+	load     map[string]int
+	seen     map[string]*ownerSeen
+	results  chan result
+
+	fromPeers, fromOrigin int64
+	lastMembers           int
+	membersChanged        time.Time
+
+	listMu sync.Mutex
+	lists  map[string]*chunkList
+}
+
+type ownerSeen struct {
+	held    int
+	changed time.Time
+}
+
+type chunkList struct {
+	mu      sync.Mutex
+	fetched time.Time
+	digests []string
+}
+
+type job struct {
+	chunk   int
+	source  string // member name, or originSource
+	addr    string
+	started time.Time
+	cancel  context.CancelFunc
+	hedged  bool
+}
+
+type result struct {
+	job  *job
+	data []byte
+	sum  [sha256.Size]byte
+	weak bool
+	err  error
+	bad  bool // the bytes failed verification
+}
+
+func (r *run) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		for _, js := range r.inflight {
+			for range js {
+				<-r.results
+			}
+		}
+	}()
+	hashed := make(chan error, 1)
+	kick := make(chan struct{}, 1)
+	go r.hashInOrder(ctx, kick, hashed)
+	tick := time.NewTicker(r.f.o.tick)
+	defer tick.Stop()
+	for {
+		r.schedule(ctx)
+		r.report()
+		changed := r.f.dir.Changed()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, ctx.Err())
+		case res := <-r.results:
+			r.finishJob(ctx, res)
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+		case err := <-hashed:
+			if err == nil {
+				return r.complete()
+			}
+			if err := r.repair(ctx); err != nil {
+				return err
+			}
+			return r.complete()
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// complete moves the verified ISO into place.
+func (r *run) complete() error {
+	if err := r.iso.finish(r.req.Path); err != nil {
+		return err
+	}
+	r.report()
+	r.f.log.Info("ISO fetched and verified", "sha512", r.req.SHA512[:16], "bytes", r.iso.size,
+		"from_peers", r.fromPeers, "from_origin", r.fromOrigin, "seconds", time.Since(r.start).Seconds())
+	return nil
+}
+
+func (r *run) report() {
+	if r.progress == nil {
+		return
+	}
+	r.progress(Progress{Size: r.iso.size, Held: r.iso.HeldBytes(), FromPeers: r.fromPeers,
+		FromOrigin: r.fromOrigin, Verified: r.iso.Complete()})
+}
+
+// hashInOrder hashes the file chunk by chunk as the contiguous prefix of held chunks grows, so
+// that the sha512 is known as soon as the last chunk lands. It sends nil on hashed when the sum
+// matches, ErrVerification when it does not, and stops early when ctx ends.
+func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error) {
+	h := sha512.New()
+	buf := make([]byte, r.iso.chunkSize)
+	for c := 0; c < r.n; {
+		if !r.iso.Has(c) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			case <-time.After(r.f.o.tick):
+			}
+			continue
+		}
+		m := r.iso.chunkLen(c)
+		if _, err := r.iso.f.ReadAt(buf[:m], int64(c)*r.iso.chunkSize); err != nil {
+			hashed <- fmt.Errorf("read back chunk %d: %w", c, err)
+			return
+		}
+		h.Write(buf[:m])
+		c++
+	}
+	if hex.EncodeToString(h.Sum(nil)) != r.req.SHA512 {
+		hashed <- ErrVerification
+		return
+	}
+	hashed <- nil
+}
+
+// participants returns the live members taking part in this ISO (advertising it) and self.
+func (r *run) participants(holders []Holding, addrs map[string]string) []string {
+	names := []string{r.f.dir.Self()}
+	for _, h := range holders {
+		if _, ok := addrs[h.Member]; ok {
+			names = append(names, h.Member)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// owner picks, by rendezvous hashing, the participant that fetches chunk c from the origin.
+func owner(c int, names []string) string {
+	var best string
+	var bestScore uint64
+	for _, n := range names {
+		h := fnv.New64a()
+		h.Write([]byte(n))
+		h.Write([]byte{byte(c), byte(c >> 8), byte(c >> 16), byte(c >> 24)})
+		if s := h.Sum64(); best == "" || s > bestScore {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
+
+func (r *run) schedule(ctx context.Context) {
+	now := time.Now()
+	addrs := map[string]string{}
+	for _, m := range r.f.members.Members() {
+		if m.Name != r.f.dir.Self() && m.Addr != "" {
+			addrs[m.Name] = m.Addr
+		}
+	}
+	all := r.f.dir.ISOHolders(r.req.SHA512)
+	var holders []Holding
+	for _, h := range all {
+		if _, live := addrs[h.Member]; !live || h.ISO.Size != r.iso.size || h.ISO.ChunkSize != r.iso.chunkSize {
+			continue
+		}
+		// Only members still downloading fetch from the origin for the others; a complete holder
+		// that cannot give a chunk (avoided) will not fetch it either.
+		if h.ISO.Complete {
+			delete(r.seen, h.Member)
+		} else if s, ok := r.seen[h.Member]; !ok || s.held != h.ISO.Chunks.Count() {
+			r.seen[h.Member] = &ownerSeen{held: h.ISO.Chunks.Count(), changed: now}
+		}
+		holders = append(holders, h)
+	}
+	parts := r.participants(holders, addrs)
+	busy := 0
+	for _, js := range r.inflight {
+		busy += len(js)
+	}
+	// Before asking the origin, give the nodes starting together time to see each other: wait
+	// for the settle time, or until every live member takes part and the membership has been
+	// stable for a third of it.
+	if len(addrs) != r.lastMembers {
+		r.lastMembers, r.membersChanged = len(addrs), now
+	}
+	settled := now.Sub(r.start) >= r.f.o.settle ||
+		len(parts) == len(addrs)+1 && now.Sub(r.membersChanged) >= r.f.o.settle/3
+	// Start at a different chunk on each node so that peers spread their requests.
+	first := int(fnvString(r.f.dir.Self()) % uint64(r.n))
+	for i := 0; i < r.n && busy < r.f.o.parallel; i++ {
+		c := (first + i) % r.n
+		if r.iso.Has(c) || len(r.inflight[c]) > 0 {
+			continue
+		}
+		if p := r.pickPeer(c, holders, ""); p != "" {
+			r.startJob(ctx, c, p, addrs[p])
+			busy++
+			continue
+		}
+		if r.req.OriginURL == "" || !settled {
+			continue
+		}
+		o := owner(c, parts)
+		if o == r.f.dir.Self() || r.stalled(o, now) {
+			r.f.log.Debug("fetch chunk from the origin", "chunk", c, "owner", o, "participants", len(parts), "members", len(addrs)+1)
+			r.startJob(ctx, c, originSource, "")
+			busy++
+		}
+	}
+	// Hedge chunks in flight for too long with a second source.
+	for c, js := range r.inflight {
+		if busy >= r.f.o.parallel+2 {
+			break
+		}
+		if len(js) != 1 || js[0].hedged || now.Sub(js[0].started) < r.f.o.hedgeAfter {
+			continue
+		}
+		js[0].hedged = true
+		if p := r.pickPeer(c, holders, js[0].source); p != "" {
+			r.startJob(ctx, c, p, addrs[p])
+			busy++
+		} else if r.req.OriginURL != "" && js[0].source != originSource {
+			r.startJob(ctx, c, originSource, "")
+			busy++
+		}
+	}
+}
+
+func fnvString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// stalled reports whether the owner of a chunk is gone or made no progress for stallAfter.
+func (r *run) stalled(name string, now time.Time) bool {
+	s, ok := r.seen[name]
+	return !ok || now.Before(r.avoid[name]) || now.Sub(s.changed) >= r.f.o.stallAfter
+}
+
+// pickPeer picks the least loaded, not avoided holder of chunk c other than not.
+func (r *run) pickPeer(c int, holders []Holding, not string) string {
+	now := time.Now()
+	best, bestLoad := "", 0
+	for _, h := range holders {
+		if h.Member == not || !h.ISO.Has(c) || now.Before(r.avoid[h.Member]) {
+			continue
+		}
+		l := r.load[h.Member]*8 + rand.IntN(8)
+		if best == "" || l < bestLoad {
+			best, bestLoad = h.Member, l
+		}
+	}
+	return best
+}
+
+func (r *run) startJob(ctx context.Context, c int, source, addr string) {
+	jctx, cancel := context.WithCancel(ctx)
+	j := &job{chunk: c, source: source, addr: addr, started: time.Now(), cancel: cancel}
+	r.inflight[c] = append(r.inflight[c], j)
+	r.load[source]++
+	go func() {
+		res := r.fetchChunk(jctx, j)
+		res.job = j
+		r.results <- res
+	}()
+}
+
+// fetchChunk fetches one chunk and verifies what it can: the length always, and for a peer's
+// bytes the sha256 that the other holders advertise.
+func (r *run) fetchChunk(ctx context.Context, j *job) result {
+	off := int64(j.chunk) * r.iso.chunkSize
+	n := r.iso.chunkLen(j.chunk)
+	url := r.req.OriginURL
+	if j.source != originSource {
+		url = "http://" + j.addr + "/v1/iso/" + r.req.SHA512
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		return result{err: fmt.Errorf("GET %s chunk %d: status %s", url, j.chunk, resp.Status)}
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, data); err != nil {
+		return result{err: fmt.Errorf("GET %s chunk %d: %w", url, j.chunk, err)}
+	}
+	sum := sha256.Sum256(data)
+	if j.source == originSource {
+		return result{data: data, sum: sum}
+	}
+	want, vouched := r.vouch(ctx, j.chunk, j.source)
+	if !vouched {
+		return result{data: data, sum: sum, weak: true}
+	}
+	if !bytes.Equal(want, sum[:]) {
+		return result{bad: true, err: fmt.Errorf("chunk %d from %s: sha256 %x, other holders agree on %x: %w", j.chunk, j.source, sum, want, ErrVerification)}
+	}
+	return result{data: data, sum: sum}
+}
+
+// vouch returns the sha256 of chunk c that a strict majority of the holders other than source
+// advertise, refreshing their lists when they do not cover c yet.
+func (r *run) vouch(ctx context.Context, c int, source string) ([]byte, bool) {
+	addrs := map[string]string{}
+	for _, m := range r.f.members.Members() {
+		addrs[m.Name] = m.Addr
+	}
+	votes := map[string]int{}
+	voters := 0
+	for _, h := range r.f.dir.ISOHolders(r.req.SHA512) {
+		addr, live := addrs[h.Member]
+		if h.Member == source || !live || !h.ISO.Has(c) {
+			continue
+		}
+		if d := r.listDigest(ctx, h.Member, addr, c); d != "" {
+			votes[d]++
+			voters++
+		}
+	}
+	for d, v := range votes {
+		if 2*v > voters {
+			raw, err := hex.DecodeString(d)
+			return raw, err == nil
+		}
+	}
+	return nil, false
+}
+
+// listDigest returns the digest a holder advertises for chunk c. The holder's list is fetched
+// again when it does not cover c yet, at most once a second; concurrent callers wait for the
+// fetch in progress.
+func (r *run) listDigest(ctx context.Context, member, addr string, c int) string {
+	r.listMu.Lock()
+	l := r.lists[member]
+	if l == nil {
+		l = &chunkList{}
+		r.lists[member] = l
+	}
+	r.listMu.Unlock()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c < len(l.digests) && l.digests[c] != "" {
+		return l.digests[c]
+	}
+	if time.Since(l.fetched) < time.Second {
+		return ""
+	}
+	l.fetched = time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/v1/iso/"+r.req.SHA512+"/chunks", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var cl ChunkList
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, int64(r.n)*80+1024)).Decode(&cl) != nil ||
+		len(cl.Digests) != r.n {
+		return ""
+	}
+	l.digests = cl.Digests
+	return cl.Digests[c]
+}
+
+func (r *run) finishJob(ctx context.Context, res result) {
+	j := res.job
+	j.cancel()
+	r.load[j.source]--
+	js := r.inflight[j.chunk]
+	for i, x := range js {
+		if x == j {
+			js = append(js[:i], js[i+1:]...)
+			break
+		}
+	}
+	if len(js) == 0 {
+		delete(r.inflight, j.chunk)
+	} else {
+		r.inflight[j.chunk] = js
+	}
+	if res.err != nil {
+		if ctx.Err() != nil || r.iso.Has(j.chunk) {
+			return // cancelled, or a hedge lost the race
+		}
+		if res.bad {
+			r.f.o.metrics.failed("chunk")
+			r.avoid[j.source] = time.Now().Add(r.f.o.avoidFor)
+			r.f.log.Warn("peer sent a bad chunk, avoiding it", "peer", j.source, "chunk", j.chunk, "err", res.err)
+			return
+		}
+		if j.source != originSource {
+			r.avoid[j.source] = time.Now().Add(r.f.o.avoidFor / 10)
+		}
+		r.f.log.Debug("chunk fetch failed", "source", sourceName(j.source), "chunk", j.chunk, "err", res.err)
+		return
+	}
+	if r.iso.Has(j.chunk) {
+		return
+	}
+	if err := r.iso.writeChunk(j.chunk, res.data, res.sum); err != nil {
+		r.f.log.Warn("store chunk", "chunk", j.chunk, "err", err)
+		return
+	}
+	for _, x := range r.inflight[j.chunk] {
+		x.cancel()
+	}
+	if res.weak {
+		r.weak[j.chunk] = j.source
+	}
+	if j.source == originSource {
+		r.fromOrigin += int64(len(res.data))
+		r.f.o.metrics.fetched("origin", int64(len(res.data)))
+	} else {
+		r.fromPeers += int64(len(res.data))
+		r.f.o.metrics.fetched("peer", int64(len(res.data)))
+	}
+}
+
+func sourceName(s string) string {
+	if s == originSource {
+		return "origin"
+	}
+	return s
+}
+
+// repair runs when the whole ISO fails its sha512: every chunk taken from a peer without another
+// holder vouching for it is fetched again from the origin and compared; the peers whose chunks
+// differ are avoided. It returns nil when the ISO then verifies.
+func (r *run) repair(ctx context.Context) error {
+	r.f.o.metrics.failed("iso")
+	if r.req.OriginURL == "" || len(r.weak) == 0 {
+		r.resetAll()
+		return fmt.Errorf("ISO %.16s does not match its sha512 and no source can repair it: %w", r.req.SHA512, ErrVerification)
+	}
+	r.f.log.Warn("ISO does not match its sha512, fetching unvouched chunks from the origin", "chunks", len(r.weak))
+	for c, src := range r.weak {
+		res := r.fetchChunk(ctx, &job{chunk: c, source: originSource})
+		if res.err != nil {
+			return fmt.Errorf("repair chunk %d from the origin: %w", c, res.err)
+		}
+		r.iso.mu.RLock()
+		prev := r.iso.digests[c]
+		r.iso.mu.RUnlock()
+		if prev != res.sum {
+			r.f.o.metrics.failed("chunk")
+			r.avoid[src] = time.Now().Add(r.f.o.avoidFor)
+			r.f.log.Warn("peer had sent a bad chunk, avoiding it", "peer", src, "chunk", c)
+			if err := r.iso.writeChunk(c, res.data, res.sum); err != nil {
+				return err
+			}
+		}
+		delete(r.weak, c)
+	}
+	hashed := make(chan error, 1)
+	r.hashInOrder(ctx, nil, hashed)
+	if err := <-hashed; err != nil {
+		r.resetAll()
+		return fmt.Errorf("ISO %.16s still does not match its sha512 after repair from the origin: %w", r.req.SHA512, err)
+	}
+	return nil
+}
+
+// resetAll forgets every chunk so that the next Fetch starts over.
+func (r *run) resetAll() {
+	for c := range r.n {
+		r.iso.dropChunk(c)
+	}
+	_ = r.iso.saveSidecar()
+}

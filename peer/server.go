@@ -1,0 +1,191 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BlobStore gives the image blobs this node can serve to its peers, by digest.
+//
+// Open must be safe for concurrent use. It returns the blob's content and size, or an error
+// wrapping ErrNotFound when the blob is not held. The caller closes the reader.
+type BlobStore interface {
+	Open(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error)
+}
+
+// Handler serves this node's content to its peers:
+//
+//	GET/HEAD /v1/iso/{sha512}          the ISO bytes held (Range requests; a partial download
+//	                                   serves only the chunks it holds, 416 otherwise)
+//	GET      /v1/iso/{sha512}/chunks   the sha256 of every held chunk (ChunkList as JSON)
+//	GET/HEAD /v2/{name}/blobs/{digest} image blobs by digest, the OCI distribution path
+type Handler struct {
+	log     *slog.Logger
+	store   *Store
+	metrics *Metrics
+	mux     *http.ServeMux
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// ChunkList is the body of /v1/iso/{sha512}/chunks.
+type ChunkList struct {
+	// Size is the ISO's size in bytes.
+	Size int64 `json:"size"`
+	// ChunkSize is the chunk size.
+	ChunkSize int64 `json:"chunkSize"`
+	// Complete is true when the holder verified the whole ISO.
+	Complete bool `json:"complete"`
+	// Digests holds the hex sha256 of each chunk, "" for chunks not held.
+	Digests []string `json:"digests"`
+}
+
+// NewHandler returns the handler over store. metrics may be nil.
+func NewHandler(log *slog.Logger, store *Store, metrics *Metrics) *Handler {
+	h := &Handler{log: log, store: store, metrics: metrics, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /v1/iso/{sha512}", h.serveISO)
+	h.mux.HandleFunc("GET /v1/iso/{sha512}/chunks", h.serveChunks)
+	h.mux.HandleFunc("GET /v2/{path...}", h.serveBlob)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.store.ISO(r.PathValue("sha512"))
+	if !ok {
+		http.Error(w, "ISO not held", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ChunkList{Size: l.Size(), ChunkSize: l.ChunkSize(), Complete: l.Complete(), Digests: l.ChunkDigests()})
+}
+
+func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.store.ISO(r.PathValue("sha512"))
+	if !ok {
+		http.Error(w, "ISO not held", http.StatusNotFound)
+		return
+	}
+	size := l.Size()
+	off, n := int64(0), size
+	status := http.StatusOK
+	if rh := r.Header.Get("Range"); rh != "" {
+		var err error
+		off, n, err = parseRange(rh, size)
+		if err != nil {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+			http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
+			return
+		}
+		status = http.StatusPartialContent
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, size))
+	}
+	if !l.HasRange(off, n) {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		http.Error(w, "range not held yet", http.StatusRequestedRangeNotSatisfiable)
+		return
+	}
+	w.Header().Set("Accept-Ranges", "bytes")
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return
+	}
+	// A section of the *os.File lets net/http use sendfile.
+	sent, err := io.Copy(w, io.NewSectionReader(l.File(), off, n))
+	h.metrics.served("iso", sent)
+	if err != nil {
+		h.log.Debug("ISO transfer to peer ended early", "remote", r.RemoteAddr, "sent", sent, "err", err)
+	}
+}
+
+// parseRange parses a single "bytes=a-b", "bytes=a-" or "bytes=-n" range.
+func parseRange(s string, size int64) (int64, int64, error) {
+	spec, ok := strings.CutPrefix(s, "bytes=")
+	if !ok || strings.Contains(spec, ",") {
+		return 0, 0, fmt.Errorf("range %q: only one bytes range is served", s)
+	}
+	a, b, ok := strings.Cut(spec, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("range %q: malformed", s)
+	}
+	if a == "" {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, 0, fmt.Errorf("range %q: malformed suffix", s)
+		}
+		n = min(n, size)
+		return size - n, n, nil
+	}
+	start, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || start < 0 || start >= size {
+		return 0, 0, fmt.Errorf("range %q: start outside 0-%d", s, size-1)
+	}
+	end := size - 1
+	if b != "" {
+		end, err = strconv.ParseInt(b, 10, 64)
+		if err != nil || end < start {
+			return 0, 0, fmt.Errorf("range %q: malformed end", s)
+		}
+		end = min(end, size-1)
+	}
+	return start, end - start + 1, nil
+}
+
+func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request) {
+	path := r.PathValue("path")
+	i := strings.LastIndex(path, "/blobs/")
+	if i <= 0 {
+		http.NotFound(w, r)
+		return
+	}
+	digest := path[i+len("/blobs/"):]
+	if !ValidBlobDigest(digest) {
+		http.Error(w, fmt.Sprintf("digest %q: want sha256: and 64 lower-case hex digits", digest), http.StatusBadRequest)
+		return
+	}
+	bs := h.store.Blobs()
+	if bs == nil {
+		http.Error(w, "no blob store on this node", http.StatusNotFound)
+		return
+	}
+	rc, _, err := bs.Open(r.Context(), digest)
+	if errors.Is(err, ErrNotFound) {
+		http.Error(w, "blob not held", http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		h.log.Warn("open blob for a peer", "digest", digest, "err", err)
+		http.Error(w, "blob store unavailable", http.StatusInternalServerError)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Docker-Content-Digest", digest)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("ETag", `"`+digest+`"`)
+	cw := &countingWriter{ResponseWriter: w}
+	http.ServeContent(cw, r, "", time.Time{}, rc)
+	h.metrics.served("blob", cw.n)
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}

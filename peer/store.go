@@ -1,0 +1,318 @@
+package peer
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// DefaultChunkSize is the chunk size of ISOs shared between peers. All nodes sharing an ISO must
+// use the same one; a node adopts the chunk size its peers advertise.
+const DefaultChunkSize = 4 << 20
+
+// Store is the content this node holds and serves to its peers: ISO files, complete or being
+// filled, and optionally a blob store. It publishes what it holds in the directory. Safe for
+// concurrent use.
+type Store struct {
+	dir   *Directory
+	blobs BlobStore
+
+	mu   sync.RWMutex
+	isos map[string]*LocalISO
+}
+
+// NewStore returns a store that publishes in dir. blobs may be nil.
+func NewStore(dir *Directory, blobs BlobStore) *Store {
+	return &Store{dir: dir, blobs: blobs, isos: map[string]*LocalISO{}}
+}
+
+// ISO returns the local ISO with the given sha512, if any.
+func (s *Store) ISO(sha512 string) (*LocalISO, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l, ok := s.isos[sha512]
+	return l, ok
+}
+
+// Blobs returns the blob store, or nil.
+func (s *Store) Blobs() BlobStore { return s.blobs }
+
+func (s *Store) add(l *LocalISO) {
+	s.mu.Lock()
+	s.isos[l.sha512] = l
+	s.mu.Unlock()
+	l.publish()
+}
+
+// AddComplete opens the ISO file at path, checks that its sha512 is want (a hex digest), computes
+// its chunk digests and publishes it as complete. It returns ErrVerification (wrapped) when the
+// sha512 differs.
+func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, error) {
+	if chunkSize <= 0 {
+		chunkSize = DefaultChunkSize
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ISO: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat ISO %s: %w", path, err)
+	}
+	size := st.Size()
+	if size <= 0 || numChunks(size, chunkSize) > maxChunks {
+		f.Close()
+		return nil, fmt.Errorf("ISO %s: size %d cannot be shared in chunks of %d bytes", path, size, chunkSize)
+	}
+	n := numChunks(size, chunkSize)
+	digests := make([][sha256.Size]byte, n)
+	whole := sha512.New()
+	buf := make([]byte, chunkSize)
+	for c := range n {
+		m, err := io.ReadFull(io.NewSectionReader(f, int64(c)*chunkSize, chunkSize), buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			f.Close()
+			return nil, fmt.Errorf("read ISO %s at %d: %w", path, int64(c)*chunkSize, err)
+		}
+		digests[c] = sha256.Sum256(buf[:m])
+		whole.Write(buf[:m])
+	}
+	if got := hex.EncodeToString(whole.Sum(nil)); got != want {
+		f.Close()
+		return nil, fmt.Errorf("ISO %s: sha512 is %s, want %s: %w", path, got, want, ErrVerification)
+	}
+	l := &LocalISO{store: s, sha512: want, size: size, chunkSize: chunkSize, path: path, f: f,
+		held: NewBitmap(n), digests: digests, complete: true}
+	for c := range n {
+		l.held.Set(c)
+	}
+	s.add(l)
+	return l, nil
+}
+
+// LocalISO is one ISO on this node's disk, complete or being filled chunk by chunk. Its methods
+// are safe for concurrent use.
+type LocalISO struct {
+	store     *Store
+	sha512    string
+	size      int64
+	chunkSize int64
+	path      string // the file: the final path when complete, the .partial file otherwise
+
+	mu       sync.RWMutex
+	f        *os.File
+	held     Bitmap
+	digests  [][sha256.Size]byte
+	complete bool
+}
+
+// SHA512 returns the ISO's sha512 (hex).
+func (l *LocalISO) SHA512() string { return l.sha512 }
+
+// Size returns the ISO's size in bytes.
+func (l *LocalISO) Size() int64 { return l.size }
+
+// ChunkSize returns the chunk size.
+func (l *LocalISO) ChunkSize() int64 { return l.chunkSize }
+
+// Path returns the file the bytes are in.
+func (l *LocalISO) Path() string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.path
+}
+
+// Complete reports whether the whole ISO is held and verified.
+func (l *LocalISO) Complete() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.complete
+}
+
+// HeldBytes returns how many bytes are held.
+func (l *LocalISO) HeldBytes() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var n int64
+	for c := range numChunks(l.size, l.chunkSize) {
+		if l.held.Has(c) {
+			n += l.chunkLen(c)
+		}
+	}
+	return n
+}
+
+func (l *LocalISO) chunkLen(c int) int64 {
+	off := int64(c) * l.chunkSize
+	return min(l.chunkSize, l.size-off)
+}
+
+// Has reports whether chunk c is held.
+func (l *LocalISO) Has(c int) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.held.Has(c)
+}
+
+// HasRange reports whether bytes [off, off+n) are all held.
+func (l *LocalISO) HasRange(off, n int64) bool {
+	if off < 0 || n <= 0 || off+n > l.size {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for c := int(off / l.chunkSize); int64(c)*l.chunkSize < off+n; c++ {
+		if !l.held.Has(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// ChunkDigests returns the hex sha256 of every chunk, "" for the chunks not held.
+func (l *LocalISO) ChunkDigests() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]string, len(l.digests))
+	for c := range l.digests {
+		if l.held.Has(c) {
+			out[c] = hex.EncodeToString(l.digests[c][:])
+		}
+	}
+	return out
+}
+
+// File returns the open file holding the bytes; the caller must not close it and must read only
+// held ranges.
+func (l *LocalISO) File() *os.File {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.f
+}
+
+func (l *LocalISO) publish() {
+	l.mu.RLock()
+	iso := ISO{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize, Complete: l.complete, Chunks: l.held.Clone()}
+	l.mu.RUnlock()
+	if l.store.dir != nil {
+		// The fields are validated when the LocalISO is made; an error here is a bug.
+		_ = l.store.dir.SetISO(iso)
+	}
+}
+
+// sidecar is the state of a partial download kept beside it, so that a restart resumes.
+type sidecar struct {
+	SHA512    string   `json:"sha512"`
+	Size      int64    `json:"size"`
+	ChunkSize int64    `json:"chunkSize"`
+	Digests   []string `json:"digests"`
+}
+
+// openPartial opens (or creates) the partial download of an ISO at path+".partial". Chunks that a
+// previous run recorded are checked against their digests again; the ones that differ are dropped.
+func (s *Store) openPartial(path, sha512 string, size, chunkSize int64) (*LocalISO, error) {
+	n := numChunks(size, chunkSize)
+	if n == 0 || n > maxChunks {
+		return nil, fmt.Errorf("ISO of %d bytes cannot be fetched in chunks of %d bytes", size, chunkSize)
+	}
+	ppath := path + ".partial"
+	f, err := os.OpenFile(ppath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open partial ISO: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size partial ISO %s: %w", ppath, err)
+	}
+	l := &LocalISO{store: s, sha512: sha512, size: size, chunkSize: chunkSize, path: ppath, f: f,
+		held: NewBitmap(n), digests: make([][sha256.Size]byte, n)}
+	var sc sidecar
+	if b, err := os.ReadFile(ppath + ".json"); err == nil && json.Unmarshal(b, &sc) == nil &&
+		sc.SHA512 == sha512 && sc.Size == size && sc.ChunkSize == chunkSize && len(sc.Digests) == n {
+		buf := make([]byte, chunkSize)
+		for c, d := range sc.Digests {
+			if d == "" {
+				continue
+			}
+			m := l.chunkLen(c)
+			if _, err := f.ReadAt(buf[:m], int64(c)*chunkSize); err != nil {
+				continue
+			}
+			sum := sha256.Sum256(buf[:m])
+			if hex.EncodeToString(sum[:]) == d {
+				l.held.Set(c)
+				l.digests[c] = sum
+			}
+		}
+	}
+	s.add(l)
+	return l, nil
+}
+
+// writeChunk stores a verified chunk and publishes it.
+func (l *LocalISO) writeChunk(c int, data []byte, sum [sha256.Size]byte) error {
+	if _, err := l.f.WriteAt(data, int64(c)*l.chunkSize); err != nil {
+		return fmt.Errorf("write chunk %d of %s: %w", c, l.path, err)
+	}
+	l.mu.Lock()
+	l.held.Set(c)
+	l.digests[c] = sum
+	l.mu.Unlock()
+	if err := l.saveSidecar(); err != nil {
+		return err
+	}
+	l.publish()
+	return nil
+}
+
+// dropChunk forgets a chunk found bad after it was stored.
+func (l *LocalISO) dropChunk(c int) {
+	l.mu.Lock()
+	l.held.Clear(c)
+	l.mu.Unlock()
+	l.publish()
+}
+
+func (l *LocalISO) saveSidecar() error {
+	sc := sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize}
+	sc.Digests = l.ChunkDigests()
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return fmt.Errorf("encode download state: %w", err)
+	}
+	tmp := l.path + ".json.tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("save download state: %w", err)
+	}
+	if err := os.Rename(tmp, l.path+".json"); err != nil {
+		return fmt.Errorf("save download state: %w", err)
+	}
+	return nil
+}
+
+// finish marks the ISO complete after its sha512 was verified and moves it to its final path.
+func (l *LocalISO) finish(final string) error {
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", l.path, err)
+	}
+	if err := os.Rename(l.path, final); err != nil {
+		return fmt.Errorf("move verified ISO into place: %w", err)
+	}
+	_ = os.Remove(l.path + ".json")
+	l.mu.Lock()
+	l.path = final
+	l.complete = true
+	l.mu.Unlock()
+	l.publish()
+	return nil
+}
+
+// Close closes the file; the ISO stays published until RemoveISO.
+func (l *LocalISO) Close() error { return l.f.Close() }
