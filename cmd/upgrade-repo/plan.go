@@ -82,7 +82,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.currentRelease, "current-release", "", "the installed release's metadata, as --release, to compare component versions")
 	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to check")
 	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
-	fset.StringVar(&o.namespace, "namespace", "upgrade-repo", "the sequencer's `namespace`, where the installed version is recorded")
+	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
 	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")

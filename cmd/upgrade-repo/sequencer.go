@@ -23,7 +23,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("sequencer", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	kubeconfig := fset.String("kubeconfig", "", "kubeconfig `file`; the in-cluster configuration when empty")
-	namespace := fset.String("namespace", "", "`namespace` of the Jobs, the installed-version ConfigMap, the repo Service and the leader lease (POD_NAMESPACE when empty, else upgrade-repo)")
+	namespace := fset.String("namespace", "", "`namespace` of the Jobs, the installed-version ConfigMap, the repo Service and the leader lease (POD_NAMESPACE when empty, else upgrade-repo-system)")
 	service := fset.String("service", "upgrade-repo", "`name` of the repo Service")
 	repoURL := fset.String("repo-url", "", "base `URL` of the repo Service (http://SERVICE.NAMESPACE.svc:8080 when empty)")
 	image := fset.String("upgrade-image", "", "upgrade `image` for plans that name none")
@@ -49,7 +49,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		ns = os.Getenv("POD_NAMESPACE")
 	}
 	if ns == "" {
-		ns = "upgrade-repo"
+		ns = "upgrade-repo-system"
 	}
 	if *leaseNamespace == "" {
 		*leaseNamespace = ns
