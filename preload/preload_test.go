@@ -140,9 +140,12 @@ func TestRun(t *testing.T) {
 		require.Equal(t, 1, f.store.Imports())
 
 		f.store.ImportErr = fmt.Errorf("containerd: %w", preload.ErrTransient)
-		_, _, err = p.Run(t.Context(), os.DirFS(f.dir))
+		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
 		require.ErrorIs(t, err, preload.ErrTransient)
 		require.Equal(t, 1+3, f.store.Imports())
+		// Each attempt reads the archive from its start; progress counts the last one.
+		require.Equal(t, int64(len(f.archives[0].Data)), st.Archives[0].BytesRead)
+		require.Equal(t, int64(len(f.archives[0].Data)), st.BytesRead)
 	})
 	t.Run("bad metadata fails with MetadataUnreadable", func(t *testing.T) {
 		t.Parallel()

@@ -48,6 +48,9 @@ func (p *Preloader) archiveStarted(i int, source string, size int64) {
 	defer p.mu.Unlock()
 	a := &p.status.Archives[i]
 	a.Source, a.Error = source, ""
+	// A retried import reads the archive again from its start.
+	p.status.BytesRead -= a.BytesRead
+	a.BytesRead = 0
 	if a.BytesTotal < 0 && size >= 0 {
 		a.BytesTotal = size
 		p.status.BytesTotal += size
