@@ -209,6 +209,10 @@ func (k *cluster) agents(p *v1beta1.UpgradePlan) {
 		case st.Preload.State == v1beta1.PreloadRunning:
 			st.Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadDone, ImagesDone: 4, ImagesTotal: 4, BytesDone: 400, BytesTotal: 400}
 		}
+		if err == nil && st == cur.Status {
+			// Nothing new to report; the heartbeat timeout of these tests is long.
+			continue
+		}
 		w, err := report.NewWriter(k.c, n.Name, report.WithClock(func() time.Time { return k.now }))
 		require.NoError(k.t, err)
 		require.NoError(k.t, w.Write(k.t.Context(), st))
