@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
@@ -95,6 +96,10 @@ func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...O
 	if name == "" || name != dir.Self() {
 		return nil, fmt.Errorf("gossip member %q: the name must be the directory's (%q)", name, dir.Self())
 	}
+	httpAddr, err := completeHost(httpAddr, o.advertise, o.bindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("gossip member %q: %w", name, err)
+	}
 	n := &Node{log: log, dir: dir, metrics: o.metrics, meta: []byte(httpAddr), batch: o.batch,
 		members: map[string]peer.Member{}}
 	if len(n.meta) > memberlist.MetaMaxSize {
@@ -133,8 +138,36 @@ func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...O
 	return n, nil
 }
 
-// Addr returns the host:port other members reach this one at.
+// Addr returns the gossip host:port other members reach this one at.
 func (n *Node) Addr() string { return n.addr }
+
+// HTTPAddr returns the HTTP host:port this member advertises.
+func (n *Node) HTTPAddr() string { return string(n.meta) }
+
+// completeHost gives an HTTP address without a specific host ("", "0.0.0.0", "::") the address
+// other members reach this one at: the gossip advertise address, the bind address, or the
+// private IP memberlist itself would pick.
+func completeHost(httpAddr, advertise, bind string) (string, error) {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return "", fmt.Errorf("HTTP address %q: %w", httpAddr, err)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return httpAddr, nil
+	}
+	switch ip := net.ParseIP(bind); {
+	case advertise != "":
+		host = advertise
+	case ip != nil && !ip.IsUnspecified():
+		host = bind
+	default:
+		host, err = sockaddr.GetPrivateIP()
+		if err != nil || host == "" {
+			return "", fmt.Errorf("HTTP address %q: no private IP to advertise, set one", httpAddr)
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
 
 // LocalName returns this member's name.
 func (n *Node) LocalName() string { return n.dir.Self() }
