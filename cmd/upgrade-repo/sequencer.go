@@ -9,9 +9,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -71,7 +76,13 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		// Give up the lease on shutdown so a new leader starts at once.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:        *probeAddr,
+		// What the sequencer creates or reads by name lives in its namespace: cache only that.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
+			&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
+			&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
+		}},
+		HealthProbeBindAddress: *probeAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
