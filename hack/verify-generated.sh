@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/generate.sh
-paths=(api manifests/crd manifests/rbac)
+paths=(':(glob)api/**/zz_generated.*.go' manifests/crd manifests/rbac)
 if ! git diff --exit-code -- "${paths[@]}"; then
   echo "verify-generated: generated files are out of date; run make generate and commit" >&2
   exit 1
