@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +89,34 @@ func TestChartAgentRBAC(t *testing.T) {
 			require.Equal(t, tt.allowed, got.Status.Allowed, "%s may %s: %+v", user, tt.name, got.Status)
 		})
 	}
+}
+
+// TestSequencerElectsOneLeader checks the sequencer Deployment runs ready and that one of its
+// pods holds the leader Lease, so exactly one replica reconciles.
+func TestSequencerElectsOneLeader(t *testing.T) {
+	c := env(t)
+	name := c.release + "-sequencer"
+	eventuallyDeploymentReady(t, c, name, 5*time.Minute)
+	eventually(t, 3*time.Minute, "a sequencer pod holds the leader lease", func(ctx context.Context) error {
+		lease, err := c.cs.CoordinationV1().Leases(c.namespace).Get(ctx, "upgrade-repo-sequencer", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		holder := ""
+		if lease.Spec.HolderIdentity != nil {
+			holder = *lease.Spec.HolderIdentity
+		}
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=sequencer,app.kubernetes.io/instance=" + c.release,
+		})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && strings.HasPrefix(holder, p.Name+"_") {
+				return nil
+			}
+		}
+		return fmt.Errorf("lease holder %q is none of the %d sequencer pods", holder, len(pods.Items))
+	})
 }

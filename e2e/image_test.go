@@ -24,7 +24,7 @@ func TestImageRunsOnEveryNode(t *testing.T) {
 	for _, n := range c.nodes {
 		t.Run(n.Name, func(t *testing.T) {
 			t.Parallel()
-			out := runOnNode(t, c, n.Name, "version", []string{"version"})
+			out := runOnNode(t, c, n.Name, "version", jobSpec{args: []string{"version"}, uid: 65532})
 			require.Contains(t, out, "upgrade-repo")
 			if c.version != "" {
 				require.Contains(t, out, c.version)
@@ -33,9 +33,17 @@ func TestImageRunsOnEveryNode(t *testing.T) {
 	}
 }
 
-// runOnNode runs the project image with args as a Job pinned to node, waits for it to succeed
-// and returns its output.
-func runOnNode(t *testing.T, c *cluster, node, name string, args []string) string {
+// jobSpec is what a Job of runOnNode runs: the project image with args, as uid, with volumes.
+type jobSpec struct {
+	args    []string
+	uid     int64
+	volumes []corev1.Volume
+	mounts  []corev1.VolumeMount
+}
+
+// runOnNode runs the project image as a Job pinned to node, waits for it to succeed and returns
+// its output.
+func runOnNode(t *testing.T, c *cluster, node, name string, spec jobSpec) string {
 	t.Helper()
 	jobName := trimName(fmt.Sprintf("e2e-%s-%s", name, node))
 	job := &batchv1.Job{
@@ -49,15 +57,14 @@ func runOnNode(t *testing.T, c *cluster, node, name string, args []string) strin
 					NodeName:      node,
 					RestartPolicy: corev1.RestartPolicyNever,
 					Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot: ptr.To(true),
-						RunAsUser:    ptr.To[int64](65532),
-					},
+					Volumes:       spec.volumes,
 					Containers: []corev1.Container{{
 						Name:            "run",
 						Image:           c.image,
 						ImagePullPolicy: corev1.PullNever,
-						Args:            args,
+						Args:            spec.args,
+						SecurityContext: restricted(spec.uid),
+						VolumeMounts:    spec.mounts,
 					}},
 				},
 			},
@@ -74,7 +81,7 @@ func runOnNode(t *testing.T, c *cluster, node, name string, args []string) strin
 		defer cancel()
 		_ = jobs.Delete(ctx, jobName, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 	})
-	eventually(t, 3*time.Minute, "job "+jobName+" to succeed", func(ctx context.Context) error {
+	eventually(t, 5*time.Minute, "job "+jobName+" to succeed", func(ctx context.Context) error {
 		j, err := jobs.Get(ctx, jobName, metav1.GetOptions{})
 		if err != nil {
 			return err

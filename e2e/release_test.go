@@ -1,32 +1,32 @@
 package e2e
 
 import (
-	"context"
-	"crypto/sha512"
-	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
-// testRelease is the release ISO of the run, built once by release/pack on the host.
+// testRelease is the release ISO of the run. hack/e2e.sh builds it with `upgrade-repo release
+// pack --spec testdata/release.yaml` before installing the chart, since the chart names it.
 type testRelease struct {
-	// iso is the ISO's path on the host, tree the directory it was made from: the expected
-	// content of every file the agents serve.
+	// iso is the ISO's path on the host, tree the directory of its files: the expected content
+	// of every file the servers serve.
 	iso, tree string
 	// checksum is the ISO's `sha512:HEX`; size its length.
 	checksum string
 	size     int64
-	// res says what pack built: archives, images and files.
+	// res is what `release pack -o json` reported: archives, images and files.
 	res *pack.Result
+	// seeds are the nodes whose agent cache held the ISO before the chart was installed.
+	seeds map[string]bool
 }
 
 var (
@@ -35,74 +35,58 @@ var (
 	releaseErr  error
 )
 
-// releaseSpec is small enough to copy around quickly and large enough to matter: several
-// archives in three bundle groups with shared layers, and a rootfs that spans many extents.
-func releaseSpec() pack.Spec {
-	const mib = 1 << 20
-	img := func(ref string, own ...pack.Size) pack.Image {
-		return pack.Image{Ref: ref, Shared: []string{"base"}, Layers: own}
-	}
-	return pack.Spec{
-		Version:      "v1.5.2",
-		Seed:         20261121,
-		SharedLayers: map[string]pack.Size{"base": 3 * mib},
-		Archives: []pack.Archive{
-			{Group: "common", Name: "harvester-images-v1.5.2", Images: []pack.Image{
-				img("rancher/harvester:v1.5.2", 2*mib, 512<<10),
-				img("rancher/harvester-webhook:v1.5.2", 1*mib),
-				img("longhornio/longhorn-manager:v1.8.2", 2*mib),
-			}},
-			{Group: "rke2", Name: "rke2-images.linux-amd64-v1.32.7+rke2r1", Images: []pack.Image{
-				img("rancher/rke2-runtime:v1.32.7-rke2r1", 1*mib),
-				img("rancher/hardened-kubernetes:v1.32.7-rke2r1-build20250716", 2*mib),
-			}},
-			{Group: "agent", Name: "rancherd-bootstrap-images-v1.5.2", Images: []pack.Image{
-				img("rancher/system-agent-installer-rke2:v1.32.7-rke2r1", 1*mib),
-			}},
-		},
-		Files: []pack.File{{Path: "rootfs.squashfs", Size: 40 * mib}},
-	}
-}
-
-// releaseISO returns the run's release ISO, building it on first use.
+// releaseISO returns the run's release ISO, as hack/e2e.sh describes it in E2E_RELEASE_DIR,
+// E2E_ISO_CHECKSUM and E2E_SEED_NODES.
 func releaseISO(t *testing.T) *testRelease {
 	t.Helper()
-	c := env(t)
-	releaseOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		releaseVal, releaseErr = buildRelease(ctx, filepath.Join(c.artifacts, "release"))
-	})
+	env(t)
+	releaseOnce.Do(func() { releaseVal, releaseErr = loadRelease(os.Getenv("E2E_RELEASE_DIR")) })
 	require.NoError(t, releaseErr)
 	return releaseVal
 }
 
-func buildRelease(ctx context.Context, dir string) (*testRelease, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("clean %s: %w", dir, err)
+func loadRelease(dir string) (*testRelease, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("E2E_RELEASE_DIR is not set: hack/e2e.sh builds the release")
 	}
-	r := &testRelease{tree: filepath.Join(dir, "tree"), iso: filepath.Join(dir, "release.iso")}
-	if err := os.MkdirAll(r.tree, 0o755); err != nil {
-		return nil, fmt.Errorf("release tree: %w", err)
+	r := &testRelease{
+		iso:      filepath.Join(dir, "release.iso"),
+		tree:     filepath.Join(dir, "tree"),
+		checksum: os.Getenv("E2E_ISO_CHECKSUM"),
+		seeds:    map[string]bool{},
 	}
-	spec := releaseSpec()
-	res, err := pack.BuildTree(ctx, spec, r.tree)
+	if !strings.HasPrefix(r.checksum, "sha512:") {
+		return nil, fmt.Errorf("E2E_ISO_CHECKSUM %q is not sha512:HEX", r.checksum)
+	}
+	st, err := os.Stat(r.iso)
 	if err != nil {
-		return nil, fmt.Errorf("build release tree: %w", err)
+		return nil, fmt.Errorf("release iso: %w", err)
 	}
-	if err := pack.MakeISO(ctx, r.tree, r.iso, "HARVESTER_V1_5_2"); err != nil {
-		return nil, fmt.Errorf("make release iso: %w", err)
-	}
-	r.res = res
-	f, err := os.Open(r.iso)
+	r.size = st.Size()
+	b, err := os.ReadFile(filepath.Join(dir, "release.json"))
 	if err != nil {
-		return nil, fmt.Errorf("checksum release iso: %w", err)
+		return nil, fmt.Errorf("release pack report: %w", err)
 	}
-	defer f.Close()
-	h := sha512.New()
-	if r.size, err = io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("checksum release iso: %w", err)
+	r.res = &pack.Result{}
+	if err := json.Unmarshal(b, r.res); err != nil {
+		return nil, fmt.Errorf("release pack report %s: %w", filepath.Join(dir, "release.json"), err)
 	}
-	r.checksum = "sha512:" + hex.EncodeToString(h.Sum(nil))
+	if len(r.res.Files) == 0 || len(r.res.Archives) == 0 {
+		return nil, fmt.Errorf("release pack report %s lists no files or archives", filepath.Join(dir, "release.json"))
+	}
+	for _, n := range strings.Split(os.Getenv("E2E_SEED_NODES"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			r.seeds[n] = true
+		}
+	}
 	return r, nil
+}
+
+// refs returns every image reference of the release.
+func (r *testRelease) refs() []string {
+	var out []string
+	for _, a := range r.res.Archives {
+		out = append(out, a.Refs()...)
+	}
+	return out
 }

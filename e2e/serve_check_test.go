@@ -117,13 +117,11 @@ func checkServes(t *testing.T, base string, rel *testRelease) {
 	resp, got = httpGet(t, base+"/v1/images", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, json.Unmarshal(got, &images))
-	var gotRefs, wantRefs []string
+	var gotRefs []string
 	for _, im := range images {
 		gotRefs = append(gotRefs, im.Ref)
 	}
-	for _, a := range rel.res.Archives {
-		wantRefs = append(wantRefs, a.Refs()...)
-	}
+	wantRefs := rel.refs()
 	sort.Strings(gotRefs)
 	sort.Strings(wantRefs)
 	require.Equal(t, wantRefs, gotRefs, "/v1/images")

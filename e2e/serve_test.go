@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 // The origin: the release's download site, inside the cluster. hack/e2e.sh builds its image.
 const (
+	serveName     = "e2e-serve"
 	originName    = "e2e-origin"
 	originHostDir = "/var/lib/upgrade-repo-e2e/origin"
 )
@@ -71,15 +73,24 @@ func deployOrigin(t *testing.T, c *cluster, rel *testRelease) {
 	eventuallyDeploymentReady(t, c, originName, 3*time.Minute)
 }
 
-// TestServeFromOrigin runs `upgrade-repo serve --iso-url` on every node against the in-cluster
-// origin: each node downloads the ISO into a hostPath cache, verifies its sha512, and then
-// serves the release byte for byte, ranges and metadata included, through a NodePort Service.
-func TestServeFromOrigin(t *testing.T) {
+// TestServeAndPreload runs the release's way onto the nodes with the standalone subcommands:
+// an in-cluster origin, `upgrade-repo serve --iso-url` on every node, then `upgrade-repo preload`
+// on every node from the Service, into the node's containerd.
+func TestServeAndPreload(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
 	deployOrigin(t, c, rel)
+	if !t.Run("serve from origin", func(t *testing.T) { serveFromOrigin(t, c, rel) }) {
+		t.FailNow()
+	}
+	t.Run("preload from the Service", func(t *testing.T) { preloadFromService(t, c, rel) })
+}
 
-	const name, cacheDir = "e2e-serve", "/var/lib/upgrade-repo-e2e/serve-cache"
+// serveFromOrigin: each node downloads the ISO into a hostPath cache, verifies its sha512, and
+// then serves the release byte for byte, ranges and metadata included, through a NodePort Service
+// that answers on each node from that node's server.
+func serveFromOrigin(t *testing.T, c *cluster, rel *testRelease) {
+	const name, cacheDir = serveName, "/var/lib/upgrade-repo-e2e/serve-cache"
 	for _, n := range c.nodes { // every node downloads afresh, also on a reused cluster
 		eventually(t, time.Minute, "empty the cache of "+n.Name, func(ctx context.Context) error {
 			_, err := nodeCmd(ctx, n.Name, "rm", "-rf", cacheDir)
@@ -117,6 +128,42 @@ func TestServeFromOrigin(t *testing.T) {
 	for _, n := range c.nodes {
 		t.Run(n.Name, func(t *testing.T) {
 			checkServes(t, fmt.Sprintf("http://%s:%d", internalIP(t, n), port), rel)
+		})
+	}
+}
+
+// preloadFromService runs `upgrade-repo preload --repo` on every node, through the Service of
+// the serve DaemonSet, as root without any capability (what the agent's pod spec allows), and
+// checks with the node's own ctr that containerd holds every image of the release.
+func preloadFromService(t *testing.T, c *cluster, rel *testRelease) {
+	refs := rel.refs()
+	repoURL := fmt.Sprintf("http://%s.%s.svc.cluster.local", serveName, c.namespace)
+	const sock = "/run/containerd/containerd.sock"
+	for _, n := range c.nodes {
+		t.Run(n.Name, func(t *testing.T) {
+			t.Parallel()
+			// A reused cluster may hold the images from a previous run: start without them.
+			eventually(t, time.Minute, "remove the release's images from "+n.Name, func(ctx context.Context) error {
+				out, err := nodeCmd(ctx, n.Name, append([]string{"ctr", "-n", "k8s.io", "images", "rm"}, refs...)...)
+				if err != nil && !strings.Contains(out, "not found") {
+					return err
+				}
+				return nil
+			})
+			out := runOnNode(t, c, n.Name, "preload", jobSpec{
+				args: []string{"preload", "--repo=" + repoURL, "--containerd-sock=" + sock},
+				uid:  0,
+				// The same mounts as the chart's agent: the socket and a writable /tmp.
+				volumes: []corev1.Volume{
+					{Name: "sock", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: sock, Type: ptr.To(corev1.HostPathSocket)},
+					}},
+					{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				},
+				mounts: []corev1.VolumeMount{{Name: "sock", MountPath: sock}, {Name: "tmp", MountPath: "/tmp"}},
+			})
+			t.Logf("preload on %s:\n%s", n.Name, out)
+			requireImages(t, n.Name, refs)
 		})
 	}
 }

@@ -2,10 +2,12 @@
 # e2e.sh: the end-to-end test on a kind cluster (`make e2e`).
 #   1. creates the kind cluster, or reuses it when it exists (node image from KIND_NODE_IMAGE);
 #   2. builds the project image FROM scratch and `kind load`s it into every node;
-#   3. installs the Helm chart (helm at the pinned version, installed into bin/ on first use);
-#   4. runs the Go tests of e2e/ against the cluster;
-#   5. on failure, dumps pod logs, events, and the RepoNodes, Versions and UpgradePlans;
-#   6. deletes the cluster unless E2E_KEEP=1.
+#   3. on a reused cluster, removes what a previous run left;
+#   4. builds the release ISO with `upgrade-repo release pack` and puts it on one node only;
+#   5. installs the Helm chart (helm at the pinned version, installed into bin/ on first use);
+#   6. runs the Go tests of e2e/ against the cluster;
+#   on failure, dumps pod logs, events, and the RepoNodes, Versions and UpgradePlans; deletes the
+#   cluster unless E2E_KEEP=1.
 # env: KIND_NODE_IMAGE, E2E_CLUSTER (upgrade-repo-e2e), E2E_WORKERS (2), E2E_KEEP, E2E_RUN (a
 #      go test -run pattern), E2E_TIMEOUT (go test timeout, 25m).
 # kind and kubectl are taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md).
@@ -122,19 +124,56 @@ rm -rf "$ctx"
 retry 3 kind load docker-image "$image" "$test_image" --name "$cluster" >/dev/null
 log "images $image ($version) and $test_image loaded"
 
-# 3. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
-# that node's own agent: the tests reach every agent through the Service from the host.
+# 3. A clean slate on a reused cluster: no release of the chart, none of its objects, no node
+# cache, none of the release's images in the nodes' containerd.
 helm=$(bash hack/verify-chart.sh tools)
+if "$helm" status "$release" -n "$namespace" >/dev/null 2>&1; then
+  log "removing the previous installation"
+  "$helm" uninstall "$release" -n "$namespace" --wait --timeout 3m >/dev/null || true
+fi
+kubectl delete namespace "$namespace" --ignore-not-found --wait --timeout=3m >/dev/null
+for r in upgradeplans versions reponodes; do
+  kubectl delete "$r.management.harvesterhci.io" --all --ignore-not-found >/dev/null 2>&1 || true
+done
+
+# 4. The release ISO, built by `release pack` from e2e/testdata/release.yaml, placed into the agent
+# cache of the seed node only. The agents are pointed at an origin that does not answer until a
+# test deploys it: the other nodes get the ISO from their peers.
+CGO_ENABLED=0 go build -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
+rel=$artifacts/release
+rm -rf "$rel"
+"$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
+mv "$rel/release.json.tmp" "$rel/release.json"
+sum=$(sha512sum "$rel/release.iso" | cut -d' ' -f1)
+refs=$(cat "$rel"/tree/bundle/*/images-lists/*.txt "$rel"/tree/bundle/*/images/*.txt 2>/dev/null | grep -v '^#' | sort -u || true)
+cache=/var/lib/upgrade-repo-e2e/agent
+seed=""
+for node in $(kind get nodes --name "$cluster"); do
+  docker exec "$node" rm -rf /var/lib/upgrade-repo-e2e
+  # shellcheck disable=SC2086 # one argument per reference
+  docker exec "$node" ctr -n k8s.io images rm $refs >/dev/null 2>&1 || true
+  case $node in *control-plane*) [ -z "$seed" ] && seed=$node;; esac
+done
+[ -n "$seed" ] || seed=$(kind get nodes --name "$cluster" | head -1)
+docker exec "$seed" mkdir -p "$cache"
+docker cp "$rel/release.iso" "$seed:$cache/$sum.iso"
+log "release ISO ($(stat -c %s "$rel/release.iso") bytes, sha512 ${sum:0:16}...) placed on $seed only"
+
+# 5. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
+# that node's own agent: the tests reach every agent through the Service from the host.
 retry 3 "$helm" upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
   --set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+  --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
+  --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
   --set log.level=debug >/dev/null
 log "chart installed as $release in $namespace"
 
-# 4. The tests.
+# 6. The tests.
 run=()
 [ -n "${E2E_RUN:-}" ] && run=(-run "$E2E_RUN")
 log "running the e2e tests"
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
   E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
+  E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed \
   go test -count=1 -v -timeout "${E2E_TIMEOUT:-25m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test.log")
