@@ -373,12 +373,16 @@ func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 }
 
 func (d *decider) isoDownloading() {
+	// A download in progress with a live agent is not a stall however long it takes; nodes whose
+	// agent has not picked the ISO up are, after StallAfter.
 	var waiting, failed []string
+	idle := false
 	for _, n := range d.o.Nodes {
 		rn, why, ok := d.report(n.Name)
 		switch {
 		case !ok:
 			waiting = append(waiting, n.Name+": "+why)
+			idle = true
 			if rn != nil && rn.HeartbeatTime.Time.Before(d.now.Add(-d.cfg.HeartbeatTimeout)) && d.cfg.HeartbeatTimeout > 0 {
 				failed = append(failed, n.Name+": "+why)
 			}
@@ -398,7 +402,11 @@ func (d *decider) isoDownloading() {
 	case len(failed) > 0:
 		d.wait("ISODownloadStalled", strings.Join(failed, "; "), 0, true)
 	case len(waiting) > 0:
-		d.wait("ISODownloading", "waiting for "+strings.Join(waiting, "; "), d.cfg.StallAfter, false)
+		stallAfter := time.Duration(0)
+		if idle {
+			stallAfter = d.cfg.StallAfter
+		}
+		d.wait("ISODownloading", "waiting for "+strings.Join(waiting, "; "), stallAfter, false)
 	default:
 		d.enter(v1beta1.PhaseISODownloaded)
 	}

@@ -123,8 +123,18 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{
-			name: "a slow download becomes degraded", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+			name: "a long download with a live agent is not a stall", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
 				o.RepoNodes["w-1"].ISO.State = v1beta1.ISODownloading
+				o.Now = o.Now.Add(time.Hour)
+				for _, r := range o.RepoNodes {
+					r.HeartbeatTime = metav1.NewTime(o.Now)
+				}
+			}),
+			want: want{phase: v1beta1.PhaseISODownloading, progressing: "ISODownloading"},
+		},
+		{
+			name: "an agent that never picks the ISO up becomes degraded", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				delete(o.RepoNodes, "w-1")
 				o.Now = o.Now.Add(time.Hour)
 				for _, r := range o.RepoNodes {
 					r.HeartbeatTime = metav1.NewTime(o.Now)
