@@ -44,6 +44,9 @@ type JobState struct {
 	Succeeded, Failed bool
 	// Message says why the Job failed.
 	Message string
+	// Stuck says why a running Job's pod cannot make progress (an image that cannot be pulled, a
+	// container that keeps crashing); empty otherwise.
+	Stuck string
 }
 
 // SUCProgress is how far system-upgrade-controller's Plans have come.
@@ -473,7 +476,7 @@ func (d *decider) imagePreloading() {
 	}
 	var pending []string
 	active, done := 0, 0
-	var stalled []string
+	var stalled, silent []string
 	for _, n := range orderedNames(d.o.Nodes) {
 		rn, why, ok := d.report(n)
 		state := v1beta1.NodeImagePreloadPending
@@ -490,8 +493,11 @@ func (d *decider) imagePreloading() {
 		case allowed[n]:
 			state = v1beta1.NodeImagePreloading
 			active++
-			if !ok && rn != nil {
+			switch {
+			case !ok && rn != nil:
 				stalled = append(stalled, n+": "+why)
+			case !ok:
+				silent = append(silent, n+": "+why)
 			}
 		default:
 			pending = append(pending, n)
@@ -521,6 +527,11 @@ func (d *decider) imagePreloading() {
 		d.wait("AgentNotReporting", strings.Join(stalled, "; "), 0, true)
 		return
 	}
+	if len(silent) > 0 {
+		// Agents that have not reported at all are given StallAfter to appear.
+		d.wait("AgentNotReporting", strings.Join(silent, "; "), d.cfg.StallAfter, false)
+		return
+	}
 	d.wait("ImagePreloading", fmt.Sprintf("%d of %d nodes preloaded", done, len(d.o.Nodes)), 0, false)
 }
 
@@ -534,6 +545,8 @@ func (d *decider) clusterUpgrading() {
 		d.fail("ClusterJobFailed", j.Message)
 	case j.Succeeded:
 		d.enter(v1beta1.PhaseClusterUpgraded)
+	case j.Stuck != "":
+		d.wait("ClusterJobStuck", j.Stuck, 0, true)
 	default:
 		d.wait("ClusterJobRunning", "waiting for the cluster Job", 0, false)
 	}
@@ -561,7 +574,7 @@ func (d *decider) nodeUpgrading() {
 	state := func(n string) v1beta1.NodeState { return d.st.NodeUpgradeStatuses[n].State }
 	active := func(n string) bool { s := state(n); return s == v1beta1.NodeCordoned || s == v1beta1.NodeUpgrading }
 	act := func(k ActionKind, n string) { d.out.Actions = append(d.out.Actions, Action{Kind: k, Node: n}) }
-	var working []string
+	var working, stuck []string
 
 	// Move the nodes in flight along.
 	for _, n := range append(slices.Clone(cp), others...) {
@@ -602,6 +615,9 @@ func (d *decider) nodeUpgrading() {
 				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
 					s.State, s.Reason, s.Message = v1beta1.NodeUpgraded, "", ""
 				})
+			case job.Stuck != "":
+				stuck = append(stuck, n+": "+job.Stuck)
+				working = append(working, n)
 			default:
 				working = append(working, n)
 			}
@@ -678,6 +694,8 @@ func (d *decider) nodeUpgrading() {
 	switch {
 	case upgraded == len(d.o.Nodes):
 		d.enter(v1beta1.PhaseNodeUpgraded)
+	case len(stuck) > 0:
+		d.wait("NodeJobStuck", strings.Join(stuck, "; "), 0, true)
 	case len(working) == 0 && len(held) > 0:
 		d.hold("NodesHeld", "waiting for held nodes: "+strings.Join(held, ", "))
 	default:

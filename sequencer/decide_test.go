@@ -243,6 +243,30 @@ func TestDecide(t *testing.T) {
 			want: want{phase: v1beta1.PhaseClusterUpgrading, progressing: "ClusterJobRunning"},
 		},
 		{
+			name: "cluster job stuck", o: obs(v1beta1.PhaseClusterUpgrading, func(o *sequencer.Observation) {
+				o.ClusterJob = sequencer.JobState{Exists: true, Stuck: "pod x: ImagePullBackOff"}
+			}),
+			want: want{phase: v1beta1.PhaseClusterUpgrading, degraded: "ClusterJobStuck"},
+		},
+		{
+			name: "node job stuck", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgrading})
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Stuck: "pod y: CrashLoopBackOff"}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, degraded: "NodeJobStuck"},
+		},
+		{
+			name: "a preloading node whose agent never reports becomes degraded", o: obs(v1beta1.PhaseImagePreloading, func(o *sequencer.Observation) {
+				o.Plan.Status.Agents.PreloadNodes = []string{"cp-1", "cp-2"}
+				delete(o.RepoNodes, "cp-1")
+				o.Now = o.Now.Add(time.Hour)
+				for _, r := range o.RepoNodes {
+					r.HeartbeatTime = metav1.NewTime(o.Now)
+				}
+			}),
+			want: want{phase: v1beta1.PhaseImagePreloading, degraded: "AgentNotReporting"},
+		},
+		{
 			name: "cluster job done", o: obs(v1beta1.PhaseClusterUpgrading, func(o *sequencer.Observation) { o.ClusterJob = sequencer.JobState{Exists: true, Succeeded: true} }),
 			want: want{phase: v1beta1.PhaseClusterUpgraded},
 		},

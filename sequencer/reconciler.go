@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -304,6 +305,11 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		st := jobState(j)
+		if !st.Succeeded && !st.Failed {
+			if st.Stuck, err = r.stuck(ctx, j); err != nil {
+				return o, err
+			}
+		}
 		switch j.Labels[LabelComponent] {
 		case "cluster":
 			o.ClusterJob = st
@@ -350,6 +356,28 @@ func jobState(j *batchv1.Job) JobState {
 		}
 	}
 	return st
+}
+
+// stuckReasons are the container waiting reasons that do not clear without a change.
+var stuckReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "CrashLoopBackOff": true,
+}
+
+// stuck says why a running Job's pod cannot make progress, or returns "".
+func (r *Reconciler) stuck(ctx context.Context, j *batchv1.Job) (string, error) {
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
+		return "", fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	for _, p := range pods.Items {
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
+				return fmt.Sprintf("pod %s/%s container %s: %s: %s", p.Namespace, p.Name, cs.Name, w.Reason, w.Message), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // evictable lists the pods of node a drain must evict: every pod but mirror pods, DaemonSet pods

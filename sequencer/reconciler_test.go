@@ -219,7 +219,8 @@ func (k *cluster) agents(p *v1beta1.UpgradePlan) {
 	}
 }
 
-// jobs plays the Job controller: a Job seen once runs, a Job seen twice completes.
+// jobs plays the Job controller: a Job seen once runs, a Job seen twice completes (or fails when
+// named by fail); a Job labelled hold=true never finishes.
 func (k *cluster) jobs(seen map[string]int, fail string) {
 	k.t.Helper()
 	var jobs batchv1.JobList
@@ -227,7 +228,7 @@ func (k *cluster) jobs(seen map[string]int, fail string) {
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		seen[j.Name]++
-		if seen[j.Name] < 2 || len(j.Status.Conditions) > 0 {
+		if seen[j.Name] < 2 || len(j.Status.Conditions) > 0 || j.Labels["hold"] == "true" {
 			continue
 		}
 		typ := batchv1.JobComplete
@@ -615,4 +616,37 @@ func TestReconcileSystemUpgradeController(t *testing.T) {
 	list.SetGroupVersionKind(suc.PlanListGVK)
 	require.NoError(t, k.c.List(t.Context(), &list, client.InNamespace("cattle-system")))
 	require.Empty(t, list.Items, "CleaningUp removes the Plans")
+}
+
+func TestReconcileClusterJobStuck(t *testing.T) {
+	t.Parallel()
+	k := newCluster(t, newPlan("up", nil))
+	p := k.run("up", 100, "", 2, 2, func(p *v1beta1.UpgradePlan) {
+		if p.Status.Phase != v1beta1.PhaseClusterUpgrading {
+			return
+		}
+		// Play the Job controller and the kubelet: the Job's pod cannot pull its image, so the
+		// Job never finishes.
+		var jobs batchv1.JobList
+		require.NoError(t, k.c.List(t.Context(), &jobs, client.InNamespace(testNS)))
+		for i := range jobs.Items {
+			j := &jobs.Items[i]
+			j.Labels["hold"] = "true"
+			require.NoError(t, k.c.Update(t.Context(), j))
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: j.Name + "-abcde", Labels: map[string]string{batchv1.JobNameLabel: j.Name}},
+				Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+					Name: "upgrade", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}},
+				}}},
+			}
+			if err := k.c.Create(t.Context(), pod); err != nil {
+				require.True(t, apierrors.IsAlreadyExists(err))
+			}
+		}
+	})
+	require.Equal(t, v1beta1.PhaseClusterUpgrading, p.Status.Phase)
+	c := meta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionDegraded)
+	require.Equal(t, metav1.ConditionTrue, c.Status)
+	require.Equal(t, "ClusterJobStuck", c.Reason)
+	require.Contains(t, c.Message, "ImagePullBackOff: Back-off pulling image")
 }
