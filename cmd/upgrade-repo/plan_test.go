@@ -194,7 +194,7 @@ func TestPlanBadInput(t *testing.T) {
 		{name: "missing file", args: []string{"--current", "v1.5.2", "--release", "/nonexistent/r.yaml"}, wantErr: "target release: read release"},
 		{name: "broken yaml", args: []string{"--current", "v1.5.2", "--release", broken}, wantErr: broken},
 		{name: "repo 404", args: []string{"--current", "v1.5.2", "--release", repo + "/nothing/"}, wantErr: "404"},
-		{name: "to disagrees with release", args: []string{"--current", "v1.5.2", "--release", target, "--to", "v1.7.0", "--kubeconfig", "/nonexistent"}, wantErr: "/nonexistent"},
+		{name: "to disagrees with release", args: []string{"--current", "v1.5.2", "--release", target, "--to", "v1.7.0"}, wantErr: "--to v1.7.0 but the release given by --release is v1.6.0"},
 		{name: "bad kubeconfig", args: []string{"--kubeconfig", "/nonexistent", "--to", "v1.6.0"}, wantErr: "load kubeconfig /nonexistent"},
 	}
 	for _, tt := range tests {
