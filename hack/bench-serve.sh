@@ -23,7 +23,14 @@ if [ ! -s "$dir/release.iso" ] || [ "$(cat "$dir/size" 2>/dev/null)" != "$large"
 fi
 go build -o "$dir/benchserve" ./hack/benchserve
 
-pick_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# pick_port prints a loopback port nothing listens on.
+pick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+  done
+}
 nginx_port=$(pick_port)
 repo_port=$(pick_port)
 pids=()
