@@ -3,7 +3,8 @@
 # one worker, sendfile on, serving the same release extracted), side by side in one run, with the
 # Go load client hack/benchserve: large-file throughput (parallel downloads of a 1 GiB file),
 # small-file requests per second (harvester-release.yaml over 64 connections), server CPU seconds
-# per GB and peak RSS. Ends with one name=value line per figure.
+# per GB, peak RSS (VmHWM, which counts the pages of the executable it touched) and peak
+# anonymous RSS (its private memory). Ends with one name=value line per figure.
 #
 # Environment: BIN (default bin/upgrade-repo), BENCH_DIR (default .cache/bench-serve, kept between
 # runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2).

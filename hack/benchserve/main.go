@@ -65,8 +65,9 @@ func cpuSeconds(pids []int) (float64, error) {
 	return total, nil
 }
 
-// peakRSS returns the largest VmHWM of the processes, in MiB.
-func peakRSS(pids []int) (float64, error) {
+// status returns the largest value of a /proc/PID/status field (such as VmHWM) among the
+// processes, in MiB.
+func status(pids []int, field string) (float64, error) {
 	var peak float64
 	for _, pid := range pids {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -74,13 +75,33 @@ func peakRSS(pids []int) (float64, error) {
 			return 0, err
 		}
 		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
 				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 				peak = max(peak, kb/1024)
 			}
 		}
 	}
 	return peak, nil
+}
+
+// anonSampler keeps the peak of RssAnon (private memory, without the file-backed pages of the
+// executable that RSS also counts) of each target, sampled every 50ms until stop is closed.
+func anonSampler(targets []target, stop <-chan struct{}) []float64 {
+	peaks := make([]float64, len(targets))
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for i, tg := range targets {
+			if v, err := status(tg.pids, "RssAnon"); err == nil {
+				peaks[i] = max(peaks[i], v)
+			}
+		}
+		select {
+		case <-stop:
+			return peaks
+		case <-t.C:
+		}
+	}
 }
 
 func client(conns int) *http.Client {
@@ -166,7 +187,7 @@ func small(ctx context.Context, t target, path string, conns int, d time.Duratio
 }
 
 type result struct {
-	largeMBps, smallRPS, cpuPerGB, rssMiB float64
+	largeMBps, smallRPS, cpuPerGB, rssMiB, anonMiB float64
 }
 
 func main() {
@@ -189,6 +210,9 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
+	stop := make(chan struct{})
+	anon := make(chan []float64, 1)
+	go func() { anon <- anonSampler(targets, stop) }()
 	res := make([]result, len(targets))
 	cpu := make([]float64, len(targets))
 	bytes := make([]int64, len(targets))
@@ -214,16 +238,19 @@ func main() {
 			res[i].smallRPS = max(res[i].smallRPS, rps)
 		}
 	}
+	close(stop)
+	anonPeaks := <-anon
 	for i, t := range targets {
 		res[i].cpuPerGB = cpu[i] / (float64(bytes[i]) / 1e9)
-		rss, err := peakRSS(t.pids)
+		rss, err := status(t.pids, "VmHWM")
 		check(err)
 		res[i].rssMiB = rss
+		res[i].anonMiB = anonPeaks[i]
 	}
 
-	fmt.Printf("\n%-14s %14s %14s %14s %12s\n", "server", "large MB/s", "small req/s", "CPU s per GB", "peak RSS MiB")
+	fmt.Printf("\n%-14s %12s %12s %13s %13s %13s\n", "server", "large MB/s", "small req/s", "CPU s per GB", "peak RSS MiB", "peak anon MiB")
 	for i, t := range targets {
-		fmt.Printf("%-14s %14.0f %14.0f %14.3f %12.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].cpuPerGB, res[i].rssMiB)
+		fmt.Printf("%-14s %12.0f %12.0f %13.3f %13.1f %13.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].cpuPerGB, res[i].rssMiB, res[i].anonMiB)
 	}
 	fmt.Println()
 	base := res[0]
@@ -233,6 +260,7 @@ func main() {
 		fmt.Printf("small_rps_%s=%.0f\n", n, res[i].smallRPS)
 		fmt.Printf("cpu_s_per_gb_%s=%.3f\n", n, res[i].cpuPerGB)
 		fmt.Printf("peak_rss_mib_%s=%.1f\n", n, res[i].rssMiB)
+		fmt.Printf("peak_anon_mib_%s=%.1f\n", n, res[i].anonMiB)
 	}
 	for i, t := range targets[1:] {
 		r := res[i+1]
