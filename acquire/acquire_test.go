@@ -200,6 +200,22 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
+func TestGetPartialLongerThanContent(t *testing.T) {
+	t.Parallel()
+	data := content(7, 100<<10)
+	o := &origin{data: data}
+	url := newOrigin(t, o)
+	c, _ := newCache(t)
+	sum := checksumOf(t, data)
+	require.NoError(t, os.WriteFile(c.PartialPath(sum), content(8, 200<<10), 0o644))
+	p, err := c.Get(t.Context(), sum, &HTTPFetcher{URL: url})
+	require.NoError(t, err)
+	got, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+	require.Equal(t, []string{fmt.Sprintf("bytes=%d-", 200<<10), ""}, o.ranges)
+}
+
 func TestGetWrongChecksum(t *testing.T) {
 	t.Parallel()
 	data := content(2, 100<<10)

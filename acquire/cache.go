@@ -185,6 +185,7 @@ func (c *Cache) Get(ctx context.Context, sum Checksum, f Fetcher) (string, error
 	partial := c.PartialPath(sum)
 	wait := c.initial
 	var lastErr error
+	restarted := false
 	for attempt := 1; attempt <= c.attempts; attempt++ {
 		size, err := c.fetchOnce(ctx, partial, f)
 		if err == nil {
@@ -193,6 +194,18 @@ func (c *Cache) Get(ctx context.Context, sum Checksum, f Fetcher) (string, error
 		lastErr = err
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("acquire %s: %w", sum, ctx.Err())
+		}
+		if errors.Is(err, ErrPermanent) && !restarted {
+			// What an earlier run left may be what the source refuses (a partial file longer
+			// than the content): start over once from an empty file.
+			if fi, serr := os.Stat(partial); serr == nil && fi.Size() > 0 {
+				restarted = true
+				c.log.Warn("fetch refused, downloading from the start", "path", partial, "had", fi.Size(), "error", err)
+				if err := os.Remove(partial); err != nil {
+					return "", fmt.Errorf("acquire %s: %w", sum, err)
+				}
+				continue
+			}
 		}
 		if errors.Is(err, ErrPermanent) || attempt == c.attempts {
 			break

@@ -21,9 +21,13 @@ type Listing struct {
 
 // ListingEntry is one entry of a Listing.
 type ListingEntry struct {
-	Name    string    `json:"name"`
-	Dir     bool      `json:"dir,omitempty"`
-	Size    int64     `json:"size"`
+	// Name is the entry's name in the directory.
+	Name string `json:"name"`
+	// Dir is true for a subdirectory.
+	Dir bool `json:"dir,omitempty"`
+	// Size is a file's size in bytes (0 for a directory).
+	Size int64 `json:"size"`
+	// ModTime is the Last-Modified time the entry is served with.
 	ModTime time.Time `json:"modTime"`
 }
 

@@ -35,18 +35,25 @@ type BundleDoc struct {
 
 // BundleArchive is one archive of /v1/bundle. Paths are URL paths from the root of the release.
 type BundleArchive struct {
-	Archive string   `json:"archive"`
-	List    string   `json:"list"`
-	Size    int64    `json:"size"`
-	Images  []string `json:"images"`
+	// Archive is the archive's URL path, such as /bundle/harvester/images/x.tar.zst.
+	Archive string `json:"archive"`
+	// List is the URL path of the archive's image list.
+	List string `json:"list"`
+	// Size is the archive's size in bytes (0 when it is missing).
+	Size int64 `json:"size"`
+	// Images are the normalised references of the list.
+	Images []string `json:"images"`
 	// Error says what is wrong with the archive (missing from the image, unreadable list).
 	Error string `json:"error,omitempty"`
 }
 
 // ImageDoc is one element of /v1/images.
 type ImageDoc struct {
-	Ref     string `json:"ref"`
-	Group   string `json:"group"`
+	// Ref is the normalised image reference.
+	Ref string `json:"ref"`
+	// Group is the bundle group of the image's archive.
+	Group string `json:"group"`
+	// Archive is the URL path of the archive holding the image.
 	Archive string `json:"archive"`
 }
 
