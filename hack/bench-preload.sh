@@ -12,8 +12,8 @@
 # ratio, CPU time, the warm re-run time and peak RSS, ending with name=value lines.
 #
 # Knobs: BENCH_IMAGES (6), BENCH_BASE_MB (200), BENCH_MID_MB (100), BENCH_OWN_MB (40),
-# BENCH_SPLIT (3, 0 skips that release), BENCH_CONCURRENCY (3), BENCH_ROUNDS (3),
-# BIN (bin/upgrade-repo).
+# BENCH_SPLIT (3, 0 skips that release), BENCH_CONCURRENCY (2, the command's default),
+# BENCH_ROUNDS (3), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/upgrade-repo}
@@ -23,7 +23,7 @@ BASE_MB=${BENCH_BASE_MB:-200}
 MID_MB=${BENCH_MID_MB:-100}
 OWN_MB=${BENCH_OWN_MB:-40}
 SPLIT=${BENCH_SPLIT:-3}
-CONCURRENCY=${BENCH_CONCURRENCY:-3}
+CONCURRENCY=${BENCH_CONCURRENCY:-2}
 ROUNDS=${BENCH_ROUNDS:-3}
 if [ "$(id -u)" -ne 0 ]; then echo "bench-preload: needs root (it starts containerd)" >&2; exit 1; fi
 for tool in containerd ctr zstd zstdcat xorriso /usr/bin/time; do
