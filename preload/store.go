@@ -23,8 +23,9 @@ type Store interface {
 	Presence
 	// Import reads one uncompressed image archive (docker save output, in the classic layout or
 	// the OCI layout) from r until its end and stores every image it holds, for all platforms.
-	// It returns the names of the images it created or updated. When it fails, no image is
-	// created and no content it wrote stays referenced. It reads r from one goroutine and is
-	// safe for concurrent use with other calls.
+	// It returns the names of the images it created or updated. Images are created only after
+	// the whole stream was read without error, so a truncated or corrupt archive creates none,
+	// and no content written for a failed import stays referenced. It reads r from one goroutine
+	// and is safe for concurrent use with other calls.
 	Import(ctx context.Context, r io.Reader) ([]string, error)
 }
