@@ -27,6 +27,8 @@ type HTTPSource struct {
 	client *http.Client
 	// metaTimeout bounds each metadata request, since fs.FS.Open takes no context.
 	metaTimeout time.Duration
+	// idle is how long a body read may wait for its first byte before the stream counts as broken.
+	idle time.Duration
 
 	mu    sync.Mutex
 	etags map[string]string
@@ -34,9 +36,17 @@ type HTTPSource struct {
 
 var _ Source = (*HTTPSource)(nil)
 
+// HTTPOption configures an HTTPSource.
+type HTTPOption func(*HTTPSource)
+
+// WithIdleTimeout sets how long a read of an archive may go without a byte before the stream is
+// dropped (and then resumed by preload); the default is 30s, zero waits forever. A connection that
+// stalls without being closed, as across a network partition, is thus detected.
+func WithIdleTimeout(d time.Duration) HTTPOption { return func(s *HTTPSource) { s.idle = d } }
+
 // NewHTTPSource returns a source for the release served at base (such as http://repo:8080 or
 // http://repo/harvester-iso). client may be nil for http.DefaultClient.
-func NewHTTPSource(base string, client *http.Client) (*HTTPSource, error) {
+func NewHTTPSource(base string, client *http.Client, opts ...HTTPOption) (*HTTPSource, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("repo url %q: %w", base, err)
@@ -47,7 +57,11 @@ func NewHTTPSource(base string, client *http.Client) (*HTTPSource, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	return &HTTPSource{base: u, client: client, metaTimeout: time.Minute, etags: map[string]string{}}, nil
+	s := &HTTPSource{base: u, client: client, metaTimeout: time.Minute, idle: 30 * time.Second, etags: map[string]string{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Name implements Source.
@@ -62,7 +76,13 @@ func (s *HTTPSource) url(p string) string {
 
 // Open implements Source. Connection failures and 5xx answers match ErrTransient; 404 matches
 // ErrNotFound.
-func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (io.ReadCloser, int64, error) {
+func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.ReadCloser, size int64, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer func() {
+		if err != nil {
+			cancel(err)
+		}
+	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url(p), nil)
 	if err != nil {
 		return nil, 0, err
@@ -99,7 +119,7 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (io.ReadC
 	case offset == 0 && resp.StatusCode != http.StatusOK:
 		return fail(errors.New(resp.Status))
 	}
-	size := resp.ContentLength
+	size = resp.ContentLength
 	if offset > 0 {
 		size = contentRangeTotal(resp.Header.Get("Content-Range"))
 	}
@@ -110,7 +130,40 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (io.ReadC
 			s.mu.Unlock()
 		}
 	}
-	return resp.Body, size, nil
+	return newIdleBody(resp.Body, s.idle, cancel), size, nil
+}
+
+// errStalled ends a body read that waited longer than the idle timeout.
+var errStalled = errors.New("no data within the idle timeout")
+
+// idleBody cancels its request when a read waits longer than idle, which makes the read fail
+// instead of hanging on a connection that went quiet.
+type idleBody struct {
+	body   io.ReadCloser
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func newIdleBody(body io.ReadCloser, idle time.Duration, cancel context.CancelCauseFunc) io.ReadCloser {
+	return &idleBody{body: body, idle: idle, cancel: cancel}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.idle <= 0 {
+		return b.body.Read(p)
+	}
+	t := time.AfterFunc(b.idle, func() { b.cancel(errStalled) })
+	n, err := b.body.Read(p)
+	if !t.Stop() && err != nil {
+		err = fmt.Errorf("%w after %s: %w", errStalled, b.idle, err)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	err := b.body.Close()
+	b.cancel(context.Canceled)
+	return err
 }
 
 // contentRangeTotal returns the complete length of "bytes a-b/total", or -1.

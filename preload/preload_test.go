@@ -327,3 +327,35 @@ func TestRunConcurrencyLimit(t *testing.T) {
 	require.Equal(t, preload.StatePreloaded, st.State)
 	require.Equal(t, 2, g.most)
 }
+
+func TestRunResumesStalledHTTPStream(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "a")
+	data := f.archives[0].Data
+	var stalls sync.Map
+	files := http.FileServer(http.Dir(f.dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The first full GET of the archive sends half of it, then goes quiet without closing.
+		if strings.HasSuffix(r.URL.Path, ".tar.zst") && r.Header.Get("Range") == "" {
+			if _, seen := stalls.LoadOrStore(r.URL.Path, true); !seen {
+				w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+				_, _ = w.Write(data[:len(data)/2])
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	src, err := preload.NewHTTPSource(srv.URL, srv.Client(), preload.WithIdleTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	p, err := preload.New(f.store, []preload.Source{src}, preload.WithRetry(3, time.Millisecond))
+	require.NoError(t, err)
+	_, st, err := p.Run(t.Context(), src.FS())
+	require.NoError(t, err)
+	require.Equal(t, preload.StatePreloaded, st.State)
+	require.Equal(t, int64(len(data)), st.BytesRead)
+	_, stalled := stalls.Load("/" + preloadtest.ArchivePath(f.archives[0]))
+	require.True(t, stalled, "the stalling path was never requested")
+}
