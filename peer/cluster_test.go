@@ -26,6 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(hostEnv) != "" {
+		os.Exit(runHost())
+	}
 	goleak.VerifyTestMain(m)
 }
 

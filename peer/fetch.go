@@ -39,6 +39,7 @@ type fetchOptions struct {
 	metrics    *Metrics
 	chunkSize  int64
 	parallel   int
+	originPar  int
 	hedgeAfter time.Duration
 	stallAfter time.Duration
 	avoidFor   time.Duration
@@ -59,8 +60,13 @@ func WithMetrics(m *Metrics) FetchOption { return func(o *fetchOptions) { o.metr
 // WithChunkSize sets the chunk size used when no peer advertises one (default DefaultChunkSize).
 func WithChunkSize(n int64) FetchOption { return func(o *fetchOptions) { o.chunkSize = n } }
 
-// WithParallel sets how many chunks are fetched at once (default 4).
+// WithParallel sets how many chunks are fetched from peers at once (default 4).
 func WithParallel(n int) FetchOption { return func(o *fetchOptions) { o.parallel = max(1, n) } }
+
+// WithOriginParallel sets how many chunks are fetched from the origin at once (default 2).
+func WithOriginParallel(n int) FetchOption {
+	return func(o *fetchOptions) { o.originPar = max(1, n) }
+}
 
 // WithHedgeAfter sets after how long a chunk still in flight is asked from a second source too
 // (default 5s).
@@ -85,7 +91,7 @@ func NewFetcher(log *slog.Logger, dir *Directory, members Membership, store *Sto
 	if dir == nil || members == nil || store == nil {
 		return nil, errors.New("new fetcher: directory, membership and store are required")
 	}
-	o := fetchOptions{client: &http.Client{}, chunkSize: DefaultChunkSize, parallel: 4,
+	o := fetchOptions{client: &http.Client{}, chunkSize: DefaultChunkSize, parallel: 4, originPar: 2,
 		hedgeAfter: 5 * time.Second, stallAfter: 10 * time.Second, avoidFor: time.Minute,
 		settle: 3 * time.Second, tick: 200 * time.Millisecond}
 	for _, opt := range opts {
@@ -352,14 +358,20 @@ func owner(c int, names []string) string {
 	var best string
 	var bestScore uint64
 	for _, n := range names {
-		h := fnv.New64a()
-		h.Write([]byte(n))
-		h.Write([]byte{byte(c), byte(c >> 8), byte(c >> 16), byte(c >> 24)})
-		if s := h.Sum64(); best == "" || s > bestScore {
+		if s := mix(fnvString(n) ^ uint64(c)*0x9e3779b97f4a7c15); best == "" || s > bestScore {
 			best, bestScore = n, s
 		}
 	}
 	return best
+}
+
+// mix is splitmix64's finalizer: similar names (node2, node3) must still own even shares.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func (r *run) schedule(ctx context.Context) {
@@ -386,9 +398,17 @@ func (r *run) schedule(ctx context.Context) {
 		holders = append(holders, h)
 	}
 	parts := r.participants(holders, addrs)
-	busy := 0
+	// Peers and the origin have separate slots, so that fetching from peers never leaves the
+	// origin's link idle.
+	busy, originBusy := 0, 0
 	for _, js := range r.inflight {
-		busy += len(js)
+		for _, j := range js {
+			if j.source == originSource {
+				originBusy++
+			} else {
+				busy++
+			}
+		}
 	}
 	// Before asking the origin, give the nodes starting together time to see each other: wait
 	// for the settle time, or until every live member takes part and the membership has been
@@ -400,29 +420,31 @@ func (r *run) schedule(ctx context.Context) {
 		len(parts) == len(addrs)+1 && now.Sub(r.membersChanged) >= r.f.o.settle/3
 	// Start at a different chunk on each node so that peers spread their requests.
 	first := int(fnvString(r.f.dir.Self()) % uint64(r.n))
-	for i := 0; i < r.n && busy < r.f.o.parallel; i++ {
+	for i := 0; i < r.n && (busy < r.f.o.parallel || originBusy < r.f.o.originPar); i++ {
 		c := (first + i) % r.n
 		if r.iso.Has(c) || len(r.inflight[c]) > 0 {
 			continue
 		}
 		if p := r.pickPeer(c, holders, ""); p != "" {
-			r.startJob(ctx, c, p, addrs[p])
-			busy++
+			if busy < r.f.o.parallel {
+				r.startJob(ctx, c, p, addrs[p])
+				busy++
+			}
 			continue
 		}
-		if r.req.OriginURL == "" || !settled {
+		if r.req.OriginURL == "" || !settled || originBusy >= r.f.o.originPar {
 			continue
 		}
 		o := owner(c, parts)
 		if o == r.f.dir.Self() || r.stalled(o, now) {
 			r.f.log.Debug("fetch chunk from the origin", "chunk", c, "owner", o, "participants", len(parts), "members", len(addrs)+1)
 			r.startJob(ctx, c, originSource, "")
-			busy++
+			originBusy++
 		}
 	}
 	// Hedge chunks in flight for too long with a second source.
 	for c, js := range r.inflight {
-		if busy >= r.f.o.parallel+2 {
+		if busy+originBusy >= r.f.o.parallel+r.f.o.originPar+2 {
 			break
 		}
 		if len(js) != 1 || js[0].hedged || now.Sub(js[0].started) < r.f.o.hedgeAfter {
@@ -434,7 +456,7 @@ func (r *run) schedule(ctx context.Context) {
 			busy++
 		} else if r.req.OriginURL != "" && js[0].source != originSource {
 			r.startJob(ctx, c, originSource, "")
-			busy++
+			originBusy++
 		}
 	}
 }
