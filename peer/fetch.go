@@ -32,6 +32,8 @@ type Fetcher struct {
 	members Membership
 	store   *Store
 	o       fetchOptions
+
+	blobAvoid avoidList
 }
 
 type fetchOptions struct {

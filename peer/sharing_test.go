@@ -1,6 +1,7 @@
 package peer_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -217,4 +218,37 @@ func (s *stallWriter) Write(p []byte) (int, error) {
 	n, err := s.ResponseWriter.Write(p)
 	s.served.Add(int64(n))
 	return n, err
+}
+
+// A blob comes from a peer that holds it, verified: a holder whose copy went bad is caught and
+// passed over; a blob no peer holds is ErrNotFound.
+func TestBlobFromPeers(t *testing.T) {
+	t.Parallel()
+	good, bad := &peer.MemBlobs{}, &peer.MemBlobs{}
+	blob := []byte("a layer of an image, shared between nodes")
+	d := good.Put(blob)
+	bad.Set(d, []byte("a layer of an image, shared between nodez"))
+	a := startNode(t, "a-bad", nil, nodeConfig{blobs: bad})
+	b := startNode(t, "b-good", []string{a.gossip.Addr()}, nodeConfig{blobs: good})
+	require.NoError(t, a.dir.AddBlobs(d))
+	require.NoError(t, b.dir.AddBlobs(d))
+	c := startNode(t, "c", []string{a.gossip.Addr()}, nodeConfig{})
+	waitFor(t, c.dir, "both holders of the blob", func() bool { return len(c.dir.BlobHolders(d)) == 2 })
+
+	var out bytes.Buffer
+	n, err := c.fetcher.FetchBlob(t.Context(), d, t.TempDir(), &out)
+	require.NoError(t, err)
+	require.EqualValues(t, len(blob), n)
+	require.Equal(t, blob, out.Bytes())
+	require.InDelta(t, 1.0, metricValue(t, c, "upgrade_repo_peer_verification_failures_total", "blob"), 0,
+		"the bad holder comes first by name and must be caught")
+
+	_, err = c.fetcher.FetchBlob(t.Context(), digest("nobody has this"), t.TempDir(), &out)
+	require.ErrorIs(t, err, peer.ErrNotFound)
+
+	resp, err := http.Get(b.srv.URL + "/v2/library/busybox/blobs/" + d)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, d, resp.Header.Get("Docker-Content-Digest"))
 }
