@@ -286,7 +286,7 @@ func (fl *file) Read(p []byte) (int, error) {
 	}
 	n, err := fl.fsys.readFile(fl.info.n, p, fl.off)
 	fl.off += int64(n)
-	if err == io.EOF && n > 0 {
+	if errors.Is(err, io.EOF) && n > 0 {
 		err = nil
 	}
 	return n, err

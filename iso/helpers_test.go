@@ -3,13 +3,11 @@ package iso_test
 import (
 	"bytes"
 	"crypto/sha256"
-	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -249,7 +247,3 @@ func fixtureImage(t *testing.T, dangling bool, args ...string) (src, image strin
 	writeFixture(t, src, dangling)
 	return src, isotest.BuildArgs(t, src, args...)
 }
-
-func describe(e lsEntry) string { return fmt.Sprintf("%+v", e) }
-
-var _ = path.Join

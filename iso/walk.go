@@ -81,7 +81,6 @@ type rrInfo struct {
 	hasCL      bool
 	relocated  bool
 	hasSP      bool
-	skip       int
 	extensions []string
 	any        bool
 }

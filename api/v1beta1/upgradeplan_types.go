@@ -16,9 +16,9 @@ const (
 	ModeInteractive Mode = "interactive"
 )
 
-// ApproveAnnotation, set by the user on an UpgradePlan in interactive mode, lists what may go on,
-// separated by commas: "cluster" lets ClusterUpgrading start, a node's name lets that node be
-// upgraded. The sequencer only reads it.
+// ApproveAnnotation is set by the user on an UpgradePlan in interactive mode. It lists what may
+// go on, separated by commas: "cluster" lets ClusterUpgrading start, a node's name lets that
+// node be upgraded. The sequencer only reads it.
 const ApproveAnnotation = "management.harvesterhci.io/approve"
 
 // ApproveCluster is the ApproveAnnotation item that lets ClusterUpgrading start.

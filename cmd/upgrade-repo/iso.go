@@ -58,7 +58,7 @@ func isoFlags(fset *flag.FlagSet, args []string, min, max int) ([]string, error)
 	var pos []string
 	for {
 		if err := fset.Parse(args); err != nil {
-			return nil, fmt.Errorf("%w: iso %s: %v", errUsage, fset.Name(), err)
+			return nil, fmt.Errorf("%w: iso %s: %w", errUsage, fset.Name(), err)
 		}
 		args = fset.Args()
 		if len(args) == 0 {
