@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
 )
@@ -19,29 +21,16 @@ func BenchmarkOpen20000(b *testing.B) {
 	src := b.TempDir()
 	for d := range 200 {
 		dir := filepath.Join(src, fmt.Sprintf("images-directory-%03d", d))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, os.Mkdir(dir, 0o755))
 		for f := range 99 {
 			name := filepath.Join(dir, fmt.Sprintf("rke2-images.linux-amd64-v1.32.%d-%02d.txt", d, f))
-			if err := os.WriteFile(name, []byte{byte(f)}, 0o644); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, os.WriteFile(name, []byte{byte(f)}, 0o644))
 		}
 	}
-	image := isotest.Build(b, src)
-	f, err := os.Open(image)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		b.Fatal(err)
-	}
+	f, size := openFile(b, isotest.Build(b, src))
 	b.ReportAllocs()
 	for b.Loop() {
-		fsys, err := iso.Open(f, st.Size())
+		fsys, err := iso.Open(f, size)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,29 +70,10 @@ func BenchmarkReadLarge(b *testing.B) {
 	src := b.TempDir()
 	onDisk := filepath.Join(src, "large.bin")
 	out, err := os.Create(onDisk)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := aesStream(out, size, 7); err != nil {
-		b.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		b.Fatal(err)
-	}
-	image := isotest.Build(b, src)
-	f, err := os.Open(image)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		b.Fatal(err)
-	}
-	fsys, err := iso.Open(f, st.Size())
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
+	require.NoError(b, aesStream(out, size, 7))
+	require.NoError(b, out.Close())
+	fsys := openImage(b, isotest.Build(b, src))
 	buf := make([]byte, 1<<20)
 	read := func(b *testing.B, open func() (io.ReadCloser, error)) {
 		b.SetBytes(size)

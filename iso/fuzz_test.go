@@ -3,11 +3,12 @@ package iso_test
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
@@ -24,20 +25,14 @@ func FuzzOpen(f *testing.F) {
 	src := f.TempDir()
 	write := func(name, data string) {
 		p := filepath.Join(src, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			f.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(f, os.WriteFile(p, []byte(data), 0o644))
 	}
 	write("a/b/c/d/e/f/g/h/i/deep.txt", "deep")
 	write(longName, "long")
 	write("boot.img", string(bytes.Repeat([]byte{0xEB}, 2048)))
 	write("empty", "")
-	if err := os.Symlink("a/b/c", filepath.Join(src, "link")); err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, os.Symlink("a/b/c", filepath.Join(src, "link")))
 	for _, args := range [][]string{
 		{"-abort_on", "FAILURE", "-as", "mkisofs", "-R", "-J", "-no-pad"},
 		{"-abort_on", "FAILURE", "-as", "mkisofs", "--norock", "-J", "-no-pad"},
@@ -48,13 +43,10 @@ func FuzzOpen(f *testing.F) {
 		out := filepath.Join(f.TempDir(), "seed.iso")
 		isotest.Xorriso(f, append(args, "-o", out, src)...)
 		data, err := os.ReadFile(out)
-		if err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, err)
 		compact := compactImage(data)
-		if !bytes.Equal(expandImage(compact), data[:len(expandImage(compact))]) {
-			f.Fatal("the compact form of a seed does not expand to the seed")
-		}
+		expanded := expandImage(compact)
+		require.True(f, bytes.Equal(expanded, data[:len(expanded)]), "the compact form of a seed does not expand to the seed")
 		f.Add(compact)
 	}
 	f.Fuzz(func(t *testing.T, compact []byte) {
@@ -62,45 +54,32 @@ func FuzzOpen(f *testing.F) {
 		fsys, err := iso.Open(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			var fe *iso.FormatError
-			if !errors.As(err, &fe) {
-				t.Fatalf("open failed without a *FormatError: %v", err)
-			}
+			require.ErrorAs(t, err, &fe, "open failed without a *FormatError")
 			return
 		}
 		size := int64(len(data))
 		_ = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				t.Fatalf("walk %s: %v", p, err)
-			}
+			require.NoError(t, err, "walk %s", p)
 			info, err := d.Info()
-			if err != nil {
-				t.Fatalf("info %s: %v", p, err)
-			}
+			require.NoError(t, err, "info %s", p)
 			switch {
 			case d.Type()&fs.ModeSymlink != 0:
-				if _, err := fsys.ReadLink(p); err != nil {
-					t.Fatalf("readlink %s: %v", p, err)
-				}
+				_, err := fsys.ReadLink(p)
+				require.NoError(t, err, "readlink %s", p)
 				_, _ = fsys.Stat(p) // may dangle or loop, must not hang
 			case d.Type().IsRegular():
 				ext, err := fsys.Extents(p)
-				if err != nil {
-					t.Fatalf("extents %s: %v", p, err)
-				}
+				require.NoError(t, err, "extents %s", p)
 				var total int64
 				for _, e := range ext {
-					if e.Offset < 0 || e.Length <= 0 || e.Offset+e.Length > size {
-						t.Fatalf("%s: extent %+v outside an image of %d bytes", p, e, size)
-					}
+					require.True(t, e.Offset >= 0 && e.Length > 0 && e.Offset+e.Length <= size,
+						"%s: extent %+v outside an image of %d bytes", p, e, size)
 					total += e.Length
 				}
-				if total != info.Size() {
-					t.Fatalf("%s: extents hold %d bytes, size %d", p, total, info.Size())
-				}
+				require.Equal(t, info.Size(), total, "%s: bytes in extents", p)
 				b, err := fsys.ReadFile(p)
-				if err != nil || int64(len(b)) != info.Size() {
-					t.Fatalf("readfile %s: %d bytes of %d: %v", p, len(b), info.Size(), err)
-				}
+				require.NoError(t, err, "readfile %s", p)
+				require.Len(t, b, int(info.Size()), "readfile %s", p)
 			}
 			return nil
 		})

@@ -227,16 +227,23 @@ func requireSameFiles(t *testing.T, fsys *iso.FS, dir string) {
 }
 
 // openImage opens the image file at p.
-func openImage(t *testing.T, p string, opts ...iso.Option) *iso.FS {
+func openImage(t testing.TB, p string, opts ...iso.Option) *iso.FS {
+	t.Helper()
+	f, size := openFile(t, p)
+	fsys, err := iso.Open(f, size, opts...)
+	require.NoError(t, err)
+	return fsys
+}
+
+// openFile opens the file p for the rest of the test and returns its size.
+func openFile(t testing.TB, p string) (*os.File, int64) {
 	t.Helper()
 	f, err := os.Open(p)
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	st, err := f.Stat()
 	require.NoError(t, err)
-	fsys, err := iso.Open(f, st.Size(), opts...)
-	require.NoError(t, err)
-	return fsys
+	return f, st.Size()
 }
 
 // fixtureImage builds the standard fixture with xorriso and the given arguments (no defaults).

@@ -114,6 +114,19 @@ func isoOpen(name string) (*isoImage, error) {
 
 func (im *isoImage) Close() error { return im.file.Close() }
 
+// isoOpenPath checks the user's path p, then opens the image file name.
+func isoOpenPath(name, p string) (*isoImage, string, error) {
+	clean, err := isoPath(p)
+	if err != nil {
+		return nil, "", err
+	}
+	im, err := isoOpen(name)
+	if err != nil {
+		return nil, "", err
+	}
+	return im, clean, nil
+}
+
 // isoPath turns a user's path ("/bundle/", "bundle", "/") into an fs.FS path.
 func isoPath(p string) (string, error) {
 	clean := strings.TrimPrefix(path.Clean("/"+p), "/")
@@ -326,11 +339,7 @@ func isoStat(_ context.Context, a *app, args []string) error {
 	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
-	p, err := isoPath(pos[1])
-	if err != nil {
-		return err
-	}
-	im, err := isoOpen(pos[0])
+	im, p, err := isoOpenPath(pos[0], pos[1])
 	if err != nil {
 		return err
 	}
@@ -380,11 +389,7 @@ func isoCat(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := isoPath(pos[1])
-	if err != nil {
-		return err
-	}
-	im, err := isoOpen(pos[0])
+	im, p, err := isoOpenPath(pos[0], pos[1])
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -74,9 +76,7 @@ func BuildArgs(t testing.TB, srcDir string, args ...string) string {
 	cmd := exec.Command("xorriso", full...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("xorriso %q: %v\n%s", full, err, stderr.String())
-	}
+	require.NoError(t, cmd.Run(), "xorriso %q\n%s", full, stderr.String())
 	return out
 }
 
@@ -86,8 +86,6 @@ func Xorriso(t testing.TB, args ...string) string {
 	t.Helper()
 	RequireXorriso(t)
 	out, err := exec.Command("xorriso", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("xorriso %q: %v\n%s", args, err, out)
-	}
+	require.NoError(t, err, "xorriso %q\n%s", args, out)
 	return string(out)
 }
