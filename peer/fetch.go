@@ -220,6 +220,7 @@ type run struct {
 
 	listMu sync.Mutex
 	lists  map[string]*chunkList
+	bufs   sync.Pool
 }
 
 type ownerSeen struct {
@@ -525,8 +526,9 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	if resp.StatusCode != http.StatusPartialContent {
 		return result{err: fmt.Errorf("GET %s chunk %d: status %s", url, j.chunk, resp.Status)}
 	}
-	data := make([]byte, n)
+	data := r.getBuf(n)
 	if _, err := io.ReadFull(resp.Body, data); err != nil {
+		r.putBuf(data)
 		return result{err: fmt.Errorf("GET %s chunk %d: %w", url, j.chunk, err)}
 	}
 	sum := sha256.Sum256(data)
@@ -538,6 +540,7 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		return result{data: data, sum: sum, weak: true}
 	}
 	if !bytes.Equal(want, sum[:]) {
+		r.putBuf(data)
 		return result{bad: true, err: fmt.Errorf("chunk %d from %s: sha256 %x, other holders agree on %x: %w", j.chunk, j.source, sum, want, ErrVerification)}
 	}
 	return result{data: data, sum: sum}
@@ -612,8 +615,26 @@ func (r *run) listDigest(ctx context.Context, member, addr string, c int) string
 	return cl.Digests[c]
 }
 
+// getBuf returns a buffer of n bytes (at most a chunk) from the run's pool: chunks come and go
+// by the thousand, and allocating each one would keep the garbage collector busy.
+func (r *run) getBuf(n int64) []byte {
+	if b, ok := r.bufs.Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, r.iso.chunkSize)
+}
+
+func (r *run) putBuf(b []byte) {
+	if int64(cap(b)) == r.iso.chunkSize {
+		r.bufs.Put(&b)
+	}
+}
+
 func (r *run) finishJob(ctx context.Context, res result) {
 	j := res.job
+	if res.data != nil {
+		defer r.putBuf(res.data)
+	}
 	j.cancel()
 	r.load[j.source]--
 	js := r.inflight[j.chunk]
@@ -699,6 +720,7 @@ func (r *run) repair(ctx context.Context) error {
 				return err
 			}
 		}
+		r.putBuf(res.data)
 		delete(r.weak, c)
 	}
 	hashed := make(chan error, 1)
