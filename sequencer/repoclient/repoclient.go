@@ -6,6 +6,7 @@ package repoclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,6 +89,11 @@ func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		// A *url.Error repeats the method and the URL this error already names.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("get %s: %w", u, err)
 	}
 	defer resp.Body.Close()

@@ -31,6 +31,8 @@ func TestLoad(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
+	gone := httptest.NewServer(mux)
+	gone.Close()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "harvester-release.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(releaseYAML), 0o600))
@@ -52,6 +54,7 @@ func TestLoad(t *testing.T) {
 		{name: "bad json", src: srv.URL + "/bad", wantErr: "decode " + srv.URL + "/bad/v1/release"},
 		{name: "empty json", src: srv.URL + "/empty", wantErr: "the harvester version is missing"},
 		{name: "huge", src: srv.URL + "/huge", wantErr: "larger than"},
+		{name: "unreachable", src: gone.URL, wantErr: "get " + gone.URL + "/v1/release: dial tcp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +62,7 @@ func TestLoad(t *testing.T) {
 			got, err := repoclient.Load(t.Context(), srv.Client(), tt.src)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, 1, strings.Count(err.Error(), tt.src), "the error names %s once: %v", tt.src, err)
 				return
 			}
 			require.NoError(t, err)
