@@ -76,6 +76,8 @@ func TestAgents(t *testing.T) {
 				m := getMetrics(t, base(t, n.Name))
 				peerBytes := m[`upgrade_repo_peer_fetched_bytes_total{source="peer"}`]
 				originBytes := m[`upgrade_repo_peer_fetched_bytes_total{source="origin"}`]
+				t.Logf("%s: %.0f bytes of the ISO from peers, %.0f from the origin, %.0f served to peers; %d gossip members",
+					n.Name, peerBytes, originBytes, m[`upgrade_repo_peer_served_bytes_total{kind="iso"}`], st.Members)
 				if rel.seeds[n.Name] {
 					require.Zero(t, peerBytes+originBytes, "seed node %s had the ISO and fetched nothing", n.Name)
 					return

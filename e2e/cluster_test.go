@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -89,6 +90,9 @@ func connect(ctx context.Context) (*cluster, error) {
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("scheme: %w", err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("scheme: %w", err)
 	}
 	if err := apiv1beta1.AddToScheme(scheme); err != nil {
@@ -176,5 +180,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func(con
 	defer cancel()
 	start := time.Now()
 	require.NoError(t, poll(ctx, 2*time.Second, check), what)
-	t.Logf("%s after %s", what, time.Since(start).Round(100*time.Millisecond))
+	if d := time.Since(start); d > time.Second {
+		t.Logf("%s after %s", what, d.Round(100*time.Millisecond))
+	}
 }

@@ -10,7 +10,8 @@
 #   cluster unless E2E_KEEP=1.
 # env: KIND_NODE_IMAGE, E2E_CLUSTER (upgrade-repo-e2e), E2E_WORKERS (2), E2E_KEEP, E2E_RUN (a
 #      go test -run pattern), E2E_TIMEOUT (go test timeout, 25m).
-# kind and kubectl are taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md).
+# kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
+# there first, as it matches the offline node image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -33,6 +34,10 @@ for tool in kind kubectl; do
     export PATH=$PATH:$offline_bin
   fi
 done
+# The kubectl built with the offline node image matches its API server; prefer it when present.
+kubectl_bin=$(command -v kubectl)
+[ -x "$offline_bin/kubectl" ] && kubectl_bin=$offline_bin/kubectl
+kubectl() { "$kubectl_bin" "$@"; }
 docker info >/dev/null 2>&1 || { log "no docker engine answers (start one, e.g. ../shared/tools/kind-offline.sh docker)"; exit 1; }
 mkdir -p "$artifacts"
 export KUBECONFIG=$kubeconfig
@@ -139,9 +144,11 @@ done
 # 4. The release ISO, built by `release pack` from e2e/testdata/release.yaml, placed into the agent
 # cache of the seed node only. The agents are pointed at an origin that does not answer until a
 # test deploys it: the other nodes get the ISO from their peers.
-CGO_ENABLED=0 go build -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
+# The same build as hack/image.sh's, so it comes from the build cache.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
 rel=$artifacts/release
 rm -rf "$rel"
+mkdir -p "$rel"
 "$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
 mv "$rel/release.json.tmp" "$rel/release.json"
 sum=$(sha512sum "$rel/release.iso" | cut -d' ' -f1)
