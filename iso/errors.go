@@ -18,6 +18,8 @@ var (
 	ErrUnsupported = errors.New("iso: unsupported image")
 	// ErrLimit means the image exceeds a limit set by an Option (entries, depth).
 	ErrLimit = errors.New("iso: limit exceeded")
+	// ErrNoTree is returned by Open when WithTree asks for a tree the image does not carry.
+	ErrNoTree = errors.New("iso: no such tree")
 	// ErrNotRegular is returned (inside an *fs.PathError) by Extents for anything but a regular
 	// file.
 	ErrNotRegular = errors.New("not a regular file")

@@ -201,12 +201,12 @@ func Open(r io.ReaderAt, size int64, opts ...Option) (*FS, error) {
 	switch tree {
 	case TreeRockRidge:
 		if !rr {
-			return nil, fmt.Errorf("iso: the image has no rock ridge extensions")
+			return nil, fmt.Errorf("%w: the image has no rock ridge extensions", ErrNoTree)
 		}
 		w.rr = true
 	case TreeJoliet:
 		if vol.svd == nil {
-			return nil, fmt.Errorf("iso: the image has no joliet tree")
+			return nil, fmt.Errorf("%w: the image has no joliet tree", ErrNoTree)
 		}
 		w.joliet = true
 		rootRec, err = parseRecord(vol.svd[156:190], vol.svdOff+156)

@@ -6,8 +6,10 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,10 +44,10 @@ func WithClock(now func() time.Time) Option {
 // NewWriter returns a Writer for the RepoNode named nodeName. c must know the v1beta1 kinds.
 func NewWriter(c client.Client, nodeName string, opts ...Option) (*Writer, error) {
 	if c == nil {
-		return nil, fmt.Errorf("new report writer: the client is nil")
+		return nil, errors.New("new report writer: the client is nil")
 	}
 	if nodeName == "" {
-		return nil, fmt.Errorf("new report writer: the node name is empty")
+		return nil, errors.New("new report writer: the node name is empty")
 	}
 	w := &Writer{c: c, node: nodeName, now: time.Now}
 	for _, o := range opts {
@@ -105,7 +107,7 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
-		return compareStrings(a.Name, b.Name)
+		return strings.Compare(a.Name, b.Name)
 	})
 	for _, p := range plans.Items {
 		a := p.Status.Agents
@@ -120,14 +122,4 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 		}, nil
 	}
 	return Instruction{}, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
