@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // agentStatus is the part of an agent's GET /v1/status the tests read.
@@ -116,6 +118,68 @@ func TestAgents(t *testing.T) {
 				requireImages(t, n.Name, rel.refs())
 			})
 		}
+	})
+
+	t.Run("a deleted agent pod comes back from its node cache", func(t *testing.T) {
+		var node string
+		for _, n := range c.nodes {
+			if !rel.seeds[n.Name] {
+				node = n.Name
+				break
+			}
+		}
+		require.NotEmpty(t, node, "every node is a seed")
+		selector := "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release
+		var old string
+		eventually(t, time.Minute, "delete the agent pod of "+node, func(ctx context.Context) error {
+			pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+				LabelSelector: selector, FieldSelector: "spec.nodeName=" + node,
+			})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items) != 1 {
+				return fmt.Errorf("%d agent pods on %s", len(pods.Items), node)
+			}
+			old = string(pods.Items[0].UID)
+			return c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{})
+		})
+		eventually(t, 3*time.Minute, "a new agent pod ready on "+node, func(ctx context.Context) error {
+			pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+				LabelSelector: selector, FieldSelector: "spec.nodeName=" + node,
+			})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if string(p.UID) == old || p.DeletionTimestamp != nil {
+					continue
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no new ready agent pod on %s yet", node)
+		})
+		st := getStatus(t, base(t, node))
+		require.Equal(t, "verified", st.ISO.State)
+		m := getMetrics(t, base(t, node))
+		require.Zero(t, m[`upgrade_repo_peer_fetched_bytes_total{source="peer"}`]+m[`upgrade_repo_peer_fetched_bytes_total{source="origin"}`],
+			"the new agent on %s fetched ISO bytes instead of reusing its node cache", node)
+		checkServes(t, base(t, node), rel)
+		eventually(t, 3*time.Minute, "preload on "+node+" after the restart", func(ctx context.Context) error {
+			st, err := fetchStatus(ctx, base(t, node))
+			if err != nil {
+				return err
+			}
+			if st.Preload == nil || st.Preload.State != "ImagePreloaded" {
+				return fmt.Errorf("preload not done: %+v", st.Preload)
+			}
+			return nil
+		})
+		requireImages(t, node, rel.refs())
 	})
 }
 
