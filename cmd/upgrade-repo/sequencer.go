@@ -93,7 +93,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		sequencer.WithRepoURL(*repoURL),
 		sequencer.WithUpgradeImage(*image),
 		sequencer.WithSUCNamespace(*sucNamespace),
-		sequencer.WithEventRecorder(mgr.GetEventRecorderFor("upgrade-repo-sequencer")), //nolint:staticcheck // the events/v1 recorder has another signature
+		// The core/v1 recorder: the events.k8s.io/v1 one that replaces it has another signature.
+		sequencer.WithEventRecorder(mgr.GetEventRecorderFor("upgrade-repo-sequencer")),
 		sequencer.WithConfig(sequencer.Config{StallAfter: *stallAfter, HeartbeatTimeout: *heartbeat, Poll: *poll}),
 	)
 	if err != nil {
