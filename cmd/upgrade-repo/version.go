@@ -9,7 +9,12 @@ import (
 // version is set at link time (-X main.version=...); otherwise the module build info is used.
 var version = ""
 
-func runVersion(_ context.Context, a *app, _ []string) error {
+// runVersion prints the version of this binary: the link-time version, else the module version
+// and VCS revision the Go toolchain recorded.
+func runVersion(_ context.Context, a *app, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: version takes no arguments, got %q", errUsage, args)
+	}
 	v := version
 	if v == "" {
 		if bi, ok := debug.ReadBuildInfo(); ok {
