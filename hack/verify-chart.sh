@@ -2,7 +2,7 @@
 # verify-chart.sh [verify|update|tools]: checks the Helm chart and the kustomize manifests.
 #   verify (default): helm lint; renders the chart with several value sets and checks what each
 #                     must and must not contain; checks that the chart README (helm-docs), the
-#                     chart's copies of the generated CRDs and RBAC rules and the rendered
+#                     chart's links to the generated CRDs and RBAC rules and the rendered
 #                     manifests/ are up to date.
 #   update:           regenerates all of those.
 #   tools:            installs the pinned helm and helm-docs into bin/ and prints helm's path.
@@ -38,18 +38,35 @@ iso=(--set release.isoURL=https://releases.example.invalid/release.iso --set "re
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Generated inputs the chart copies: the CRDs and the sequencer's RBAC rules (controller-gen).
-sync_generated() { # sync_generated DIR: writes the chart's copies into DIR (same layout as the chart)
-  mkdir -p "$1/crds" "$1/files"
+# The generated files the chart ships (controller-gen's CRDs and ClusterRole rules) are symbolic
+# links into manifests/, so they can never drift; helm follows them and `helm package` stores the
+# linked contents. Only the set of links needs keeping in step with what controller-gen writes.
+links() { # links: prints "PATH-IN-CHART TARGET" for every link the chart should hold
   local f c
   for f in manifests/crd/*.yaml; do
-    [ -e "$f" ] && [ "$(basename "$f")" != kustomization.yaml ] && cp "$f" "$1/crds/"
+    [ -e "$f" ] && echo "crds/$(basename "$f") ../../../$f"
   done
   for c in agent sequencer; do
-    [ -f "manifests/rbac/$c/role.yaml" ] && cp "manifests/rbac/$c/role.yaml" "$1/files/$c-role.yaml"
+    [ -f "manifests/rbac/$c/role.yaml" ] && echo "files/$c-role.yaml ../../../manifests/rbac/$c/role.yaml"
   done
   true
 }
+have_links() { # have_links: prints the same for the links the chart holds
+  local f
+  for f in "$chart"/crds/* "$chart"/files/*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    [ -L "$f" ] || { echo "${f#"$chart"/} (not a link)"; continue; }
+    echo "${f#"$chart"/} $(readlink "$f")"
+  done
+}
+sync_links() {
+  rm -rf "$chart/crds" "$chart/files"
+  mkdir -p "$chart/crds" "$chart/files"
+  local p target
+  while read -r p target; do ln -s "$target" "$chart/$p"; done < <(links)
+}
+# helm notes every link it follows on stderr; that is expected here.
+helmq() { "$helm" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
 
 # The kustomize base is the chart rendered with its defaults, minus Helm's own labels, with the
 # gossip key left to a Secret the user creates (a random key cannot live in a static manifest) and
@@ -72,34 +89,24 @@ render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DI
     echo "# Rendered from charts/upgrade-repo with its default values by hack/verify-chart.sh update."
     echo "# Do not edit: change the chart and regenerate. Patch the agent's --iso-url and --iso-checksum"
     echo "# (placeholders here) to name your release ISO."
-    "$helm" template upgrade-repo "$chart" --namespace upgrade-repo-system "${iso[@]}" \
+    helmq template upgrade-repo "$chart" --namespace upgrade-repo-system "${iso[@]}" \
       --set gossip.existingSecret=upgrade-repo-gossip --set rbac.create=false |
       grep -v -e '^ *helm.sh/chart:' -e '^ *app.kubernetes.io/managed-by:'
   } > "$1/upgrade-repo.yaml"
 }
 
 if [ "$mode" = update ]; then
-  sync_generated "$chart"
+  sync_links
   "$helm_docs" --chart-search-root "$chart" --template-files README.md.gotmpl >/dev/null 2>&1 || fail "helm-docs failed"
   render_manifests manifests
-  echo "verify-chart: chart README, generated copies and manifests/ updated" >&2
+  echo "verify-chart: chart README, links to generated files and manifests/ updated" >&2
   exit 0
 fi
 [ "$mode" = verify ] || fail "unknown mode $mode (verify, update or tools)"
 
 # 1. The chart's copies of generated files and its README are current.
-mkdir -p "$work/gen"
-sync_generated "$work/gen"
-for f in "$work"/gen/crds/* "$work"/gen/files/*; do
-  [ -e "$f" ] || continue
-  rel=${f#"$work"/gen/}
-  cmp -s "$f" "$chart/$rel" || fail "$chart/$rel differs from its source in manifests/: run hack/verify-chart.sh update"
-done
-for f in "$chart"/crds/* "$chart"/files/*; do
-  [ -e "$f" ] || continue
-  [ -e "$work/gen/${f#"$chart"/}" ] || fail "$f has no source in manifests/ any more: run hack/verify-chart.sh update"
-done
-cp -r "$chart" "$work/chart"
+diff -u <(links | sort) <(have_links | sort) >&2 || fail "the links in $chart/crds and $chart/files do not match manifests/: run hack/verify-chart.sh update"
+cp -rL "$chart" "$work/chart"
 "$helm_docs" --chart-search-root "$work/chart" --template-files README.md.gotmpl >/dev/null 2>&1
 diff -u "$chart/README.md" "$work/chart/README.md" >&2 || fail "$chart/README.md is stale: run hack/verify-chart.sh update"
 mkdir -p "$work/manifests"
@@ -109,14 +116,14 @@ for f in kustomization.yaml upgrade-repo.yaml; do
 done
 
 # 2. Lint with the defaults and with every feature switched on.
-"$helm" lint --strict "$chart" "${iso[@]}" >/dev/null || { "$helm" lint --strict "$chart" "${iso[@]}" >&2; fail "helm lint failed"; }
-"$helm" lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set sequencer.enabled=false \
+helmq lint --strict "$chart" "${iso[@]}" >/dev/null || { helmq lint --strict "$chart" "${iso[@]}" >&2; fail "helm lint failed"; }
+helmq lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set sequencer.enabled=false \
   --set rbac.create=false >/dev/null || fail "helm lint with a fixed key, no sequencer, no ClusterRoles failed"
 
 # 3. Render value sets and check what each must (and must not) contain.
 render() { # render NAME ARGS...: renders into $work/NAME.yaml
   local name=$1; shift
-  "$helm" template t "$chart" --namespace ns "${iso[@]}" "$@" > "$work/$name.yaml" || fail "render $name failed"
+  helmq template t "$chart" --namespace ns "${iso[@]}" "$@" > "$work/$name.yaml" || fail "render $name failed"
 }
 has() { grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: expected a line matching '$2'"; }
 hasnt() { ! grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: unexpected line matching '$2'"; }
@@ -165,7 +172,7 @@ has fixedkey "key: \"$(printf 0123456789abcdef0123456789abcdef | base64 -w0)\""
 # 4. Bad values fail with a clear message instead of rendering something broken.
 refuse() { # refuse WANT ARGS...: the render must fail and say WANT
   local want=$1; shift
-  if out=$("$helm" template t "$chart" "$@" 2>&1); then fail "render with $* should have failed"; fi
+  if out=$(helmq template t "$chart" "$@" 2>&1); then fail "render with $* should have failed"; fi
   grep -q -- "$want" <<<"$out" || fail "render with $* failed without saying '$want': $out"
 }
 refuse 'release.isoURL is required' --set release.isoChecksum=sha512:00
