@@ -57,6 +57,7 @@ retry() {
 dump() {
   log "collecting state into $artifacts"
   local d=$artifacts/dump
+  rm -rf "$d"
   mkdir -p "$d"
   kubectl get nodes -o wide > "$d/nodes.txt" 2>&1 || true
   kubectl get pods -A -o wide > "$d/pods.txt" 2>&1 || true
@@ -132,6 +133,8 @@ log "images $image ($version) and $test_image loaded"
 # 3. A clean slate on a reused cluster: no release of the chart, none of its objects, no node
 # cache, none of the release's images in the nodes' containerd.
 helm=$(bash hack/verify-chart.sh tools)
+# helm notes each link it follows into manifests/ (the chart's CRDs and roles) on stderr.
+helmq() { "$helm" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
 if "$helm" status "$release" -n "$namespace" >/dev/null 2>&1; then
   log "removing the previous installation"
   "$helm" uninstall "$release" -n "$namespace" --wait --timeout 3m >/dev/null || true
@@ -168,7 +171,7 @@ log "release ISO ($(stat -c %s "$rel/release.iso") bytes, sha512 ${sum:0:16}...)
 
 # 5. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
 # that node's own agent: the tests reach every agent through the Service from the host.
-retry 3 "$helm" upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
+retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
   --set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
   --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
