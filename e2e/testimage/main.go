@@ -3,6 +3,11 @@
 //
 //	testimage origin DIR [ADDR]   serve the files of DIR over HTTP, like a release's download site
 //	                              (ranges and conditional requests through http.ServeContent)
+//	testimage upgrade             the test upgrade image of an UpgradePlan: run by the sequencer's
+//	                              Jobs, it records that it ran. A node Job (UPGRADE_NODE_NAME set,
+//	                              the node's root at /host) appends a line to
+//	                              /host/var/lib/upgrade-repo-e2e/upgraded/NODE; every Job prints
+//	                              the release it was given.
 package main
 
 import (
@@ -30,7 +35,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if len(args) == 0 {
-		return errors.New("usage: testimage origin DIR [ADDR]")
+		return errors.New("usage: testimage origin DIR [ADDR] | testimage upgrade")
 	}
 	switch args[0] {
 	case "origin":
@@ -42,6 +47,8 @@ func run(ctx context.Context, args []string) error {
 			addr = args[2]
 		}
 		return origin(ctx, log, args[1], addr)
+	case "upgrade":
+		return upgrade(log, time.Now())
 	default:
 		return fmt.Errorf("unknown subcommand %q", args[0])
 	}
@@ -71,4 +78,27 @@ func origin(ctx context.Context, log *slog.Logger, dir, addr string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// upgrade records one run of the upgrade image: on the node for a node Job, in the log always.
+func upgrade(log *slog.Logger, now time.Time) error {
+	node := os.Getenv("UPGRADE_NODE_NAME")
+	version := os.Getenv("UPGRADE_RELEASE_HARVESTER")
+	log.Info("upgrade ran", "node", node, "version", version)
+	if node == "" {
+		return nil
+	}
+	dir := "/host/var/lib/upgrade-repo-e2e/upgraded"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
+	f, err := os.OpenFile(dir+"/"+node, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "%s %s\n", now.UTC().Format(time.RFC3339Nano), version); err != nil {
+		f.Close()
+		return fmt.Errorf("upgrade: record on %s: %w", node, err)
+	}
+	return f.Close()
 }
