@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -214,6 +215,66 @@ func TestGetPartialLongerThanContent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got))
 	require.Equal(t, []string{fmt.Sprintf("bytes=%d-", 200<<10), ""}, o.ranges)
+}
+
+// TestProgress checks that the size is known, and progress logged, while the download runs.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	data := content(9, 1<<20)
+	proceed := make(chan struct{})
+	url := newOrigin(t, &origin{data: data, fail: func(n int, w http.ResponseWriter, _ *http.Request) bool {
+		if n > 1 {
+			w.WriteHeader(http.StatusGone)
+			return true
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:len(data)/2])
+		w.(http.Flusher).Flush()
+		<-proceed
+		w.Write(data[len(data)/2:])
+		return true
+	}})
+	logs := &chanHandler{records: make(chan slog.Record, 1000)}
+	c, m := newCache(t, WithLogger(slog.New(logs)), WithProgressInterval(time.Millisecond))
+	sum := checksumOf(t, data)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Get(t.Context(), sum, &HTTPFetcher{URL: url})
+		done <- err
+	}()
+	for r := range logs.records {
+		if r.Message != "download progress" {
+			require.NotEqual(t, slog.LevelWarn, r.Level, r.Message)
+			continue
+		}
+		var size int64
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "size" {
+				size = a.Value.Int64()
+			}
+			return true
+		})
+		require.EqualValues(t, len(data), size)
+		break
+	}
+	require.Equal(t, float64(len(data)), value(t, m.expected))
+	close(proceed)
+	require.NoError(t, <-done)
+}
+
+// chanHandler is a slog.Handler that hands every record to a channel, dropping them when full.
+type chanHandler struct{ records chan slog.Record }
+
+func (h *chanHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *chanHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *chanHandler) WithGroup(string) slog.Handler            { return h }
+func (h *chanHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.records <- r.Clone():
+	default:
+	}
+	return nil
 }
 
 func TestGetWrongChecksum(t *testing.T) {

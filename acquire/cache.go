@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -282,7 +283,7 @@ func (c *Cache) reportProgress(done <-chan struct{}, p *partialFile) {
 		case now := <-t.C:
 			w := p.written.Load()
 			rate := float64(w-last) / now.Sub(lastAt).Seconds()
-			c.log.Info("download progress", "bytes", p.contiguous(), "fetched", w, "bytesPerSecond", int64(rate))
+			c.log.Info("download progress", "bytes", p.contiguous(), "size", p.size.Load(), "fetched", w, "bytesPerSecond", int64(rate))
 			last, lastAt = w, now
 		}
 	}
@@ -334,12 +335,28 @@ type partialFile struct {
 	metrics *Metrics
 	written atomic.Int64
 
+	size atomic.Int64 // the content's size once a Fetcher reports it, -1 before
+
 	mu     sync.Mutex
 	ranges [][2]int64 // sorted, disjoint, half-open
 }
 
+var (
+	_ io.WriterAt = (*partialFile)(nil)
+	_ Sizer       = (*partialFile)(nil)
+)
+
+// SetSize records the content's total size.
+func (p *partialFile) SetSize(size int64) {
+	p.size.Store(size)
+	if p.metrics != nil {
+		p.metrics.expected.Set(float64(size))
+	}
+}
+
 func newPartial(f *os.File, have int64, m *Metrics) *partialFile {
 	p := &partialFile{f: f, metrics: m}
+	p.size.Store(-1)
 	if have > 0 {
 		p.ranges = [][2]int64{{0, have}}
 	}

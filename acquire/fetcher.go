@@ -22,6 +22,13 @@ type Fetcher interface {
 	Fetch(ctx context.Context, dst io.WriterAt, from int64) (size int64, err error)
 }
 
+// Sizer is implemented by the dst a Cache gives to Fetch: a Fetcher that learns the content's
+// total size before the end (from response headers, from a peer's inventory) reports it with
+// SetSize, for progress in logs and metrics. SetSize is safe for concurrent use.
+type Sizer interface {
+	SetSize(size int64)
+}
+
 // ErrPermanent marks a fetch failure that retrying cannot fix.
 var ErrPermanent = errors.New("permanent failure")
 
@@ -45,6 +52,9 @@ func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (i
 	switch resp.StatusCode {
 	case http.StatusOK:
 		// The origin ignored the range: the content starts over from its first byte.
+		if sz, ok := dst.(Sizer); ok && resp.ContentLength >= 0 {
+			sz.SetSize(resp.ContentLength)
+		}
 		n, err := copyAt(dst, 0, resp.Body)
 		if err != nil {
 			return 0, fmt.Errorf("fetch %s: %w", h.URL, err)
@@ -57,6 +67,9 @@ func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (i
 		start, end, size, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil || start != from || end < start {
 			return 0, fmt.Errorf("fetch %s: unexpected Content-Range %q for a request from %d", h.URL, resp.Header.Get("Content-Range"), from)
+		}
+		if sz, ok := dst.(Sizer); ok && size >= 0 {
+			sz.SetSize(size)
 		}
 		n, err := copyAt(dst, from, resp.Body)
 		if err != nil {
