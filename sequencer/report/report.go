@@ -93,11 +93,16 @@ type Instruction struct {
 	ISOChecksum string
 	// Preload is true when the node may preload the ISO's images now.
 	Preload bool
+	// Held lists, sorted and without repeats, the checksums of every ISO that a plan still asks
+	// agents to hold. An agent drops an ISO only when its checksum is not listed, so that an ISO is
+	// never dropped while a plan in flight is served from it.
+	Held []string
 }
 
 // Instructions reads the UpgradePlans and returns what the node nodeName should do: hold the ISO
 // of the plan that holds one (the oldest when there are several) and preload when that plan
-// lists the node. An Instruction with an empty ISOURL means the agent may drop any ISO it holds.
+// lists the node. An Instruction with an empty ISOURL asks for no ISO; Held names the ISOs the
+// agent must keep all the same.
 func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instruction, error) {
 	var plans v1beta1.UpgradePlanList
 	if err := r.List(ctx, &plans); err != nil {
@@ -109,17 +114,22 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	var in Instruction
 	for _, p := range plans.Items {
 		a := p.Status.Agents
 		if a == nil || !a.Hold || a.ISOURL == "" {
 			continue
 		}
-		return Instruction{
-			Plan:        p.Name,
-			ISOURL:      a.ISOURL,
-			ISOChecksum: a.ISOChecksum,
-			Preload:     slices.Contains(a.PreloadNodes, nodeName),
-		}, nil
+		if a.ISOChecksum != "" {
+			in.Held = append(in.Held, a.ISOChecksum)
+		}
+		if in.Plan != "" {
+			continue
+		}
+		in.Plan, in.ISOURL, in.ISOChecksum = p.Name, a.ISOURL, a.ISOChecksum
+		in.Preload = slices.Contains(a.PreloadNodes, nodeName)
 	}
-	return Instruction{}, nil
+	slices.Sort(in.Held)
+	in.Held = slices.Compact(in.Held)
+	return in, nil
 }

@@ -94,7 +94,18 @@ func TestInstructions(t *testing.T) {
 			name:  "hold without preload",
 			plans: []client.Object{plan("p", old, &v1beta1.AgentInstructions{ISOURL: "http://x/iso", ISOChecksum: "c", Hold: true, PreloadNodes: []string{"n2"}})},
 			node:  "n1",
-			want:  report.Instruction{Plan: "p", ISOURL: "http://x/iso", ISOChecksum: "c"},
+			want:  report.Instruction{Plan: "p", ISOURL: "http://x/iso", ISOChecksum: "c", Held: []string{"c"}},
+		},
+		{
+			name: "every held ISO is listed once, a released one is not",
+			plans: []client.Object{
+				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new", Hold: true}),
+				plan("b", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old", Hold: true}),
+				plan("c", newer, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old", Hold: true}),
+				plan("d", old, &v1beta1.AgentInstructions{ISOURL: "http://gone/iso", ISOChecksum: "gone", Hold: false}),
+			},
+			node: "n1",
+			want: report.Instruction{Plan: "b", ISOURL: "http://old/iso", ISOChecksum: "old", Held: []string{"new", "old"}},
 		},
 		{
 			name: "oldest holding plan wins and preload allowed",
