@@ -189,7 +189,7 @@ func fetchStatus(ctx context.Context, base string) (*agentStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,10 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
+// httpClient bounds every request: with the Local traffic policy a node port silently drops
+// connections while its node has no ready pod, and a dropped SYN would otherwise hang a poll.
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
 // httpGet fetches url with the given Range header (none when empty), retrying transport errors
 // and 5xx answers for a while: a node port may take a moment to route to a new pod.
 func httpGet(t *testing.T, url, rng string) (*http.Response, []byte) {
@@ -34,7 +38,7 @@ func httpGet(t *testing.T, url, rng string) (*http.Response, []byte) {
 		if rng != "" {
 			req.Header.Set("Range", rng)
 		}
-		r, err := http.DefaultClient.Do(req)
+		r, err := httpClient.Do(req)
 		if err != nil {
 			return err
 		}
