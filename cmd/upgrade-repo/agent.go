@@ -5,11 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,22 +21,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/repo"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
 )
 
 const agentUsage = `usage: upgrade-repo agent (--iso FILE | --iso-url URL --iso-checksum sha512:HEX --cache-dir DIR) [flags]
+       upgrade-repo agent --report --cache-dir DIR [--kubeconfig FILE] [flags]
 
 The per-node agent: it joins the gossip ring, gets the release ISO (a local file, else chunks from
 peers in parallel, else the origin URL for what no peer has), verifies its sha512, serves it like
-"serve" does, shares it with its peers and, with --containerd-sock, preloads its images.
-GET /v1/status reports the node's state as JSON.
+"serve" does, shares it with its peers and, with --containerd-sock, preloads its images and serves
+the blobs of containerd's content store to its peers. GET /v1/status reports the node's state as
+JSON.
+
+With --report (on by default inside a cluster) the agent writes its state into the RepoNode named
+after --node-name and follows the UpgradePlans in flight: without --iso or --iso-url it gets the
+ISO a plan names, it preloads only once the plan lets this node, and it drops the cached ISO once
+no plan holds it.
 
 `
 
@@ -43,6 +56,13 @@ type agentConfig struct {
 	node, listen, advertise, gossipListen, gossipAdvertise, join string
 	cacheDir, isoURL, isoChecksum, isoFile, sock, keyFile        string
 	grace, settle                                                time.Duration
+
+	// kubeconfig and report: with report, the agent reports to and follows the cluster that
+	// kube (built from kubeconfig, or the in-cluster configuration) talks to.
+	kubeconfig     string
+	report         bool
+	reportInterval time.Duration
+	kube           client.Client
 }
 
 // runAgent runs the per-node agent until the process is signalled.
@@ -66,14 +86,36 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.keyFile, "gossip-key-file", "", "a file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64)")
 	fset.DurationVar(&c.grace, "grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
 	fset.DurationVar(&c.settle, "settle", 3*time.Second, "how long nodes starting together wait to split the origin's work before asking it")
+	fset.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to report to (default: the in-cluster configuration)")
+	_, inClusterErr := rest.InClusterConfig()
+	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
+	fset.DurationVar(&c.reportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat and the UpgradePlans are read")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	reportSet := false
+	fset.Visit(func(f *flag.Flag) { reportSet = reportSet || f.Name == "report" })
+	if !reportSet && c.kubeconfig != "" {
+		c.report = true
+	}
 	if err := c.validate(fset.NArg()); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if c.report {
+		cfg, err := sequencerRESTConfig(c.kubeconfig)
+		if err != nil {
+			return err
+		}
+		s, err := planScheme()
+		if err != nil {
+			return err
+		}
+		if c.kube, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
+			return fmt.Errorf("connect to the cluster: %w", err)
+		}
 	}
 	return agent(ctx, a, c)
 }
@@ -84,12 +126,16 @@ func (c *agentConfig) validate(nargs int) error {
 		return errors.New("agent takes no arguments")
 	case c.node == "":
 		return errors.New("--node-name is required")
-	case c.isoFile == "" && c.isoURL == "" && c.isoChecksum == "":
-		return errors.New("one of --iso FILE or --iso-url URL with --iso-checksum is required")
-	case c.isoFile == "" && c.isoChecksum == "":
+	case c.isoFile == "" && c.isoURL == "" && c.isoChecksum == "" && !c.report:
+		return errors.New("one of --iso FILE or --iso-url URL with --iso-checksum is required (or --report to follow the cluster's plans)")
+	case c.isoFile == "" && c.isoURL != "" && c.isoChecksum == "":
 		return errors.New("--iso-checksum is required with --iso-url")
+	case c.isoFile == "" && c.isoURL == "" && c.isoChecksum != "":
+		return errors.New("--iso-url is required with --iso-checksum")
 	case c.isoFile == "" && c.cacheDir == "":
-		return errors.New("--cache-dir is required with --iso-url")
+		return errors.New("--cache-dir is required unless --iso is given")
+	case c.report && c.reportInterval <= 0:
+		return fmt.Errorf("--report-interval %s: want a positive duration", c.reportInterval)
 	}
 	if c.isoChecksum != "" {
 		if _, err := peer.ParseChecksum(c.isoChecksum); err != nil {
@@ -112,21 +158,28 @@ type agentStatus struct {
 	ISO     isoStatus       `json:"iso"`
 	Preload *preload.Status `json:"preload,omitempty"`
 	Error   string          `json:"error,omitempty"`
+	// Plan is the UpgradePlan whose ISO the agent holds, when it follows the cluster's plans.
+	Plan string `json:"plan,omitempty"`
 }
 
 type isoStatus struct {
 	SHA512 string `json:"sha512,omitempty"`
-	// State is one of pending, fetching, verified, failed.
+	// State is one of pending, fetching, verifying, verified, failed.
 	State string `json:"state"`
 	peer.Progress
 }
 
-// statusBoard holds the agent's status for /v1/status.
+// statusBoard holds the agent's status for /v1/status and the RepoNode.
 type statusBoard struct {
 	mu       sync.Mutex
 	s        agentStatus
 	members  func() int
 	preloadr *preload.Preloader
+	// checksum is the ISO checksum the RepoNode reports, written as the plan wrote it: the
+	// sequencer compares the two strings.
+	checksum string
+	// preloadErr says why a preload could not even start (no preloader to report it).
+	preloadErr string
 }
 
 func (b *statusBoard) update(f func(*agentStatus)) {
@@ -135,7 +188,7 @@ func (b *statusBoard) update(f func(*agentStatus)) {
 	f(&b.s)
 }
 
-func (b *statusBoard) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (b *statusBoard) snapshot() agentStatus {
 	b.mu.Lock()
 	s := b.s
 	p := b.preloadr
@@ -145,8 +198,80 @@ func (b *statusBoard) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		st := p.Status()
 		s.Preload = &st
 	}
+	return s
+}
+
+func (b *statusBoard) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	_ = writeJSON(w, s)
+	_ = writeJSON(w, b.snapshot())
+}
+
+// isoStates maps the agent's ISO states to the RepoNode's.
+var isoStates = map[string]v1beta1.ISOState{
+	"pending":   v1beta1.ISOPending,
+	"fetching":  v1beta1.ISODownloading,
+	"verifying": v1beta1.ISOVerifying,
+	"verified":  v1beta1.ISOReady,
+	"failed":    v1beta1.ISOFailed,
+}
+
+// repoNode is the board as a RepoNode status; url is the node's repo base URL.
+func (b *statusBoard) repoNode(url string) v1beta1.RepoNodeStatus {
+	s := b.snapshot()
+	b.mu.Lock()
+	sum := b.checksum
+	b.mu.Unlock()
+	if sum == "" {
+		sum = s.ISO.SHA512
+	}
+	var st v1beta1.RepoNodeStatus
+	st.ISO = v1beta1.RepoNodeISO{
+		Checksum: sum, State: isoStates[s.ISO.State],
+		BytesDone: s.ISO.Held, BytesTotal: s.ISO.Size, BytesFromPeers: s.ISO.FromPeers, BytesFromOrigin: s.ISO.FromOrigin,
+	}
+	if st.ISO.State == "" {
+		st.ISO.State = v1beta1.ISOPending
+	}
+	if st.ISO.State == v1beta1.ISOFailed {
+		st.ISO.Message = s.Error
+	}
+	if s.Ready {
+		st.Repo = v1beta1.RepoNodeRepo{Ready: true, URL: url}
+	}
+	b.mu.Lock()
+	preloadErr := b.preloadErr
+	b.mu.Unlock()
+	if preloadErr != "" && s.Preload == nil {
+		st.Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadFailed, Reason: "PreloadNotStarted", Message: preloadErr}
+	}
+	if p := s.Preload; p != nil {
+		st.Preload = v1beta1.RepoNodePreload{
+			State: v1beta1.PreloadState(p.State), Reason: p.Reason, Message: p.Message,
+			ImagesDone: int64(p.ImagesPresent), ImagesTotal: int64(p.ImagesTotal),
+			BytesDone: p.BytesRead, BytesTotal: p.BytesTotal,
+		}
+		switch st.Preload.State {
+		case v1beta1.PreloadRunning, v1beta1.PreloadDone, v1beta1.PreloadFailed:
+		default:
+			// A preload that has not planned yet has no state the RepoNode knows.
+			st.Preload.State = ""
+		}
+	}
+	return st
+}
+
+// agentNode is one running agent's parts, shared by its goroutines.
+type agentNode struct {
+	a      *app
+	c      agentConfig
+	board  *statusBoard
+	store  *peer.Store
+	dir    *peer.Directory
+	fetch  *peer.Fetcher
+	server *repo.Server
+	rm     *repo.Metrics
+	cs     *containerd.Store // nil without --containerd-sock
+	plans  *instructionBox   // nil without --report
 }
 
 func agent(ctx context.Context, a *app, c agentConfig) error {
@@ -168,6 +293,15 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 		if err := os.MkdirAll(c.cacheDir, 0o755); err != nil {
 			return fmt.Errorf("create cache dir: %w", err)
 		}
+	}
+	var cs *containerd.Store
+	var blobs peer.BlobStore
+	if c.sock != "" {
+		if cs, err = containerd.New(ctx, c.sock, containerd.WithLogger(a.log)); err != nil {
+			return err
+		}
+		defer cs.Close()
+		blobs = containerdBlobs{cs}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -197,7 +331,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	}
 
 	dir := peer.NewDirectory(c.node)
-	store := peer.NewStore(dir, nil)
+	store := peer.NewStore(dir, blobs)
 	gopts := []memberlist.Option{memberlist.WithBind(gHost, gPort), memberlist.WithMetrics(pm)}
 	if c.gossipAdvertise != "" {
 		gopts = append(gopts, memberlist.WithAdvertise(c.gossipAdvertise))
@@ -234,7 +368,12 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	mux.Handle("GET /v1/status", board)
 	mux.Handle("/", server)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	a.log.Info("agent listening", "node", c.node, "http", ln.Addr().String(), "advertise", gossip.HTTPAddr(), "gossip", gossip.Addr())
+	a.log.Info("agent listening", "node", c.node, "http", ln.Addr().String(), "advertise", gossip.HTTPAddr(), "gossip", gossip.Addr(), "report", c.kube != nil)
+
+	n := &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs}
+	if c.kube != nil {
+		n.plans = newInstructionBox()
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -245,25 +384,19 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	})
 	g.Go(func() error { return gossip.Run(gctx) })
 	g.Go(func() error { joinLoop(gctx, a, gossip, seeds); return nil })
-	var closeISO func() error
+	if cs != nil {
+		g.Go(func() error { n.advertiseBlobs(gctx); return nil })
+	}
+	if n.plans != nil {
+		url := "http://" + gossip.HTTPAddr() + "/"
+		g.Go(func() error { n.followPlans(gctx); return nil })
+		g.Go(func() error { n.reportLoop(gctx, url); return nil })
+	}
 	g.Go(func() error {
-		path, sum, err := agentISO(gctx, a, c, store, fetcher, board)
-		if err != nil {
-			board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
-			return err
+		if c.isoFile == "" && c.isoURL == "" {
+			return n.followISOs(gctx)
 		}
-		h, closer, err := openRelease(path, sum, rm, a.log)
-		if err != nil {
-			board.update(func(s *agentStatus) { s.Error = err.Error() })
-			return err
-		}
-		closeISO = closer
-		server.SetHandler(h)
-		board.update(func(s *agentStatus) { s.Ready = true })
-		if c.sock == "" {
-			return nil
-		}
-		return agentPreload(gctx, a, c, path, board)
+		return n.holdGiven(gctx)
 	})
 	g.Go(func() error {
 		<-gctx.Done()
@@ -276,13 +409,294 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 		return nil
 	})
 	err = g.Wait()
-	if closeISO != nil {
-		closeISO()
-	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// containerdBlobs is containerd's content store as a peer.BlobStore: it only turns the adapter's
+// not-found error into peer's.
+type containerdBlobs struct{ cs *containerd.Store }
+
+var _ peer.BlobStore = containerdBlobs{}
+
+// Open implements peer.BlobStore.
+func (b containerdBlobs) Open(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error) {
+	rc, n, err := b.cs.Open(ctx, digest)
+	if errors.Is(err, containerd.ErrBlobNotFound) {
+		return nil, 0, fmt.Errorf("%w: %w", peer.ErrNotFound, err)
+	}
+	return rc, n, err
+}
+
+// holdGiven gets and serves the ISO named on the command line and preloads it (once a plan lets
+// this node, when following the cluster). The ISO is never dropped: the operator chose it.
+func (n *agentNode) holdGiven(ctx context.Context) error {
+	path, sum, err := agentISO(ctx, n.a, n.c, n.store, n.fetch, n.board)
+	if err != nil {
+		n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
+		return err
+	}
+	h, closer, err := openRelease(path, sum, n.rm, n.a.log)
+	if err != nil {
+		n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
+		return err
+	}
+	defer closer()
+	n.server.SetHandler(h)
+	n.board.update(func(s *agentStatus) { s.Ready = true })
+	if err := n.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// followISOs holds, one after the other, the ISOs the UpgradePlans ask for: it waits for a plan
+// to name one, gets it, serves it, preloads it when allowed, and drops it once no plan holds it.
+func (n *agentNode) followISOs(ctx context.Context) error {
+	for {
+		in, err := n.plans.wait(ctx, func(in report.Instruction) bool { return in.ISOURL != "" })
+		if err != nil {
+			return nil //nolint:nilerr // the agent is stopping
+		}
+		hex, err := peer.ParseChecksum(in.ISOChecksum)
+		if err != nil {
+			msg := fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, in.ISOURL, err)
+			n.a.log.Error("follow upgrade plan", "plan", in.Plan, "url", in.ISOURL, "err", err)
+			n.board.update(func(s *agentStatus) { s.Plan, s.ISO, s.Error = in.Plan, isoStatus{State: "failed"}, msg })
+			n.board.mu.Lock()
+			n.board.checksum = in.ISOChecksum
+			n.board.mu.Unlock()
+			if _, err := n.plans.wait(ctx, func(x report.Instruction) bool { return x.ISOChecksum != in.ISOChecksum || x.ISOURL != in.ISOURL }); err != nil {
+				return nil //nolint:nilerr // the agent is stopping
+			}
+			n.reset()
+			continue
+		}
+		n.holdPlanned(ctx, in, hex)
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// holdPlanned gets, serves and (when allowed) preloads the ISO of in, and returns once no plan
+// holds it any more, or ctx ends; then it drops the ISO from the cache unless ctx ended.
+func (n *agentNode) holdPlanned(ctx context.Context, in report.Instruction, hex string) {
+	hctx, release := context.WithCancel(ctx)
+	defer release()
+	go func() {
+		// Released only on a successful read of the plans that no longer lists the ISO: an API
+		// server that cannot be reached never makes the agent drop what a plan may still need.
+		_, err := n.plans.wait(hctx, func(x report.Instruction) bool { return !heldBy(x, hex) })
+		if err == nil {
+			release()
+		}
+	}()
+	n.a.log.Info("holding the ISO of an upgrade plan", "plan", in.Plan, "url", in.ISOURL, "sha512", hex)
+	n.board.mu.Lock()
+	n.board.checksum = in.ISOChecksum
+	n.board.s.Plan = in.Plan
+	n.board.mu.Unlock()
+	c := n.c
+	c.isoURL, c.isoChecksum = in.ISOURL, "sha512:"+hex
+	path, sum, err := agentISO(hctx, n.a, c, n.store, n.fetch, n.board)
+	if err == nil {
+		var h *repo.Handler
+		var closer func() error
+		if h, closer, err = openRelease(path, sum, n.rm, n.a.log); err != nil {
+			n.a.log.Error("open the ISO of an upgrade plan", "plan", in.Plan, "err", err)
+			n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
+		} else {
+			n.server.SetHandler(h)
+			n.board.update(func(s *agentStatus) { s.Ready = true })
+			_ = n.preloadWhenAllowed(hctx, path, hex)
+			<-hctx.Done()
+			n.server.SetHandler(nil)
+			_ = closer()
+		}
+	}
+	<-hctx.Done()
+	if ctx.Err() != nil {
+		return
+	}
+	n.a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
+	if err := n.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
+		n.a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
+	}
+	n.reset()
+}
+
+// reset returns the board to an agent that holds no ISO.
+func (n *agentNode) reset() {
+	n.board.mu.Lock()
+	defer n.board.mu.Unlock()
+	n.board.s.Ready, n.board.s.ISO, n.board.s.Error, n.board.s.Plan = false, isoStatus{State: "pending"}, "", ""
+	n.board.checksum = ""
+	n.board.preloadr = nil
+	n.board.preloadErr = ""
+}
+
+// heldBy reports whether a plan of in still holds the ISO with the sha512 hex.
+func heldBy(in report.Instruction, hex string) bool {
+	for _, h := range in.Held {
+		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+			return true
+		}
+	}
+	return false
+}
+
+// preloadWhenAllowed preloads the ISO at path, at once without a cluster, else once a plan that
+// holds this ISO lists the node. It returns only ctx's error.
+func (n *agentNode) preloadWhenAllowed(ctx context.Context, path, hex string) error {
+	if n.cs == nil {
+		return nil
+	}
+	if n.plans != nil {
+		allowed := func(in report.Instruction) bool {
+			x, err := peer.ParseChecksum(in.ISOChecksum)
+			return in.Preload && err == nil && x == hex
+		}
+		if _, err := n.plans.wait(ctx, allowed); err != nil {
+			return err
+		}
+	}
+	agentPreload(ctx, n.a, n.cs, path, n.board)
+	n.advertiseOnce(ctx)
+	return ctx.Err()
+}
+
+// advertiseBlobs publishes the content store's blobs in the directory now and every few minutes,
+// so that peers find the layers this node can give them.
+func (n *agentNode) advertiseBlobs(ctx context.Context) {
+	for {
+		n.advertiseOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Minute):
+		}
+	}
+}
+
+func (n *agentNode) advertiseOnce(ctx context.Context) {
+	digests, err := n.cs.Blobs(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			n.a.log.Warn("list containerd blobs for peers", "err", err)
+		}
+		return
+	}
+	if err := n.dir.AddBlobs(digests...); err != nil {
+		n.a.log.Warn("publish containerd blobs", "err", err)
+	}
+}
+
+// followPlans reads what the UpgradePlans ask of this node every report interval.
+func (n *agentNode) followPlans(ctx context.Context) {
+	lastErr := ""
+	for {
+		in, err := report.Instructions(ctx, n.c.kube, n.c.node)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if err.Error() != lastErr {
+				n.a.log.Warn("read upgrade plans", "err", err)
+			}
+			lastErr = err.Error()
+		case err == nil:
+			lastErr = ""
+			n.plans.set(in)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.c.reportInterval):
+		}
+	}
+}
+
+// reportLoop writes the node's RepoNode at once when its state changes, and every report interval
+// otherwise (progress and heartbeat).
+func (n *agentNode) reportLoop(ctx context.Context, url string) {
+	w, err := report.NewWriter(n.c.kube, n.c.node)
+	if err != nil {
+		n.a.log.Error("report to the cluster", "err", err)
+		return
+	}
+	look := min(time.Second, n.c.reportInterval)
+	var last v1beta1.RepoNodeStatus
+	var lastAt time.Time
+	lastErr := ""
+	for {
+		st := n.board.repoNode(url)
+		if !sameState(st, last) || time.Since(lastAt) >= n.c.reportInterval {
+			if err := w.Write(ctx, st); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if err.Error() != lastErr {
+					n.a.log.Warn("write the node report", "err", err)
+				}
+				lastErr = err.Error()
+			} else {
+				last, lastAt, lastErr = st, time.Now(), ""
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(look):
+		}
+	}
+}
+
+// sameState reports whether two reports differ at most in progress counts.
+func sameState(a, b v1beta1.RepoNodeStatus) bool {
+	return a.ISO.Checksum == b.ISO.Checksum && a.ISO.State == b.ISO.State && a.ISO.Message == b.ISO.Message &&
+		a.Repo == b.Repo && a.Preload.State == b.Preload.State && a.Preload.Reason == b.Preload.Reason &&
+		a.Preload.Message == b.Preload.Message
+}
+
+// instructionBox holds the last instruction read from the plans and wakes those waiting on it.
+type instructionBox struct {
+	mu      sync.Mutex
+	in      report.Instruction
+	known   bool
+	changed chan struct{}
+}
+
+func newInstructionBox() *instructionBox { return &instructionBox{changed: make(chan struct{})} }
+
+func (b *instructionBox) set(in report.Instruction) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.known && reflect.DeepEqual(b.in, in) {
+		return
+	}
+	b.in, b.known = in, true
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// wait returns the first instruction read (the current one included) that satisfies ok, or
+// ctx's error.
+func (b *instructionBox) wait(ctx context.Context, ok func(report.Instruction) bool) (report.Instruction, error) {
+	for {
+		b.mu.Lock()
+		in, known, ch := b.in, b.known, b.changed
+		b.mu.Unlock()
+		if known && ok(in) {
+			return in, nil
+		}
+		select {
+		case <-ctx.Done():
+			return report.Instruction{}, ctx.Err()
+		case <-ch:
+		}
+	}
 }
 
 func splitSeeds(s string) []string {
@@ -371,39 +785,40 @@ func agentISO(ctx context.Context, a *app, c agentConfig, store *peer.Store, f *
 	}
 }
 
-// agentPreload imports the release's images from the local ISO into containerd.
-func agentPreload(ctx context.Context, a *app, c agentConfig, path string, board *statusBoard) error {
-	f, err := os.Open(path)
-	if err != nil {
+// agentPreload imports the release's images from the local ISO into containerd. A failure is
+// logged and left in the status for the sequencer: the repo keeps serving.
+func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard) {
+	err := func() error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		fsys, err := iso.Open(f, st.Size())
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		p, err := preload.New(cs, []preload.Source{preload.NewFSSource("iso", fsys)},
+			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()))
+		if err != nil {
+			return err
+		}
+		board.mu.Lock()
+		board.preloadr = p
+		board.mu.Unlock()
+		_, _, err = p.Run(ctx, fs.FS(fsys))
 		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	fsys, err := iso.Open(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	cs, err := containerd.New(ctx, c.sock, containerd.WithLogger(a.log))
-	if err != nil {
-		return err
-	}
-	defer cs.Close()
-	p, err := preload.New(cs, []preload.Source{preload.NewFSSource("iso", fsys)},
-		preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()))
-	if err != nil {
-		return err
-	}
-	board.mu.Lock()
-	board.preloadr = p
-	board.mu.Unlock()
-	_, _, err = p.Run(ctx, fs.FS(fsys))
+	}()
 	if err != nil && ctx.Err() == nil {
-		// The repo keeps serving: the status reports the failure for the sequencer to act on.
 		a.log.Error("preload images", "err", err)
-		return nil
+		board.mu.Lock()
+		if board.preloadr == nil {
+			board.preloadErr = err.Error()
+		}
+		board.mu.Unlock()
 	}
-	return nil
 }

@@ -15,6 +15,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -142,4 +148,144 @@ func (c *countingResponse) Write(p []byte) (int, error) {
 	n, err := c.ResponseWriter.Write(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// kubeFake is the API server as controller-runtime's fake client sees it, with the status
+// subresources the agent and the sequencer write.
+func kubeFake(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	s, err := planScheme()
+	require.NoError(t, err)
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithStatusSubresource(&v1beta1.RepoNode{}, &v1beta1.UpgradePlan{}).Build()
+}
+
+// waitRepoNode polls the RepoNode of node until ok accepts its status.
+func waitRepoNode(t *testing.T, c client.Client, node string, done <-chan error, ok func(v1beta1.RepoNodeStatus) bool) v1beta1.RepoNodeStatus {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	var last v1beta1.RepoNodeStatus
+	for {
+		var rn v1beta1.RepoNode
+		if err := c.Get(t.Context(), client.ObjectKey{Name: node}, &rn); err == nil {
+			last = rn.Status
+			if ok(rn.Status) {
+				return rn.Status
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent %s stopped: %v", node, err)
+		case <-deadline:
+			t.Fatalf("the RepoNode of %s never got there; last: %+v", node, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// setAgents rewrites the plan's instructions to the agents, as the sequencer would.
+func setAgents(t *testing.T, c client.Client, plan string, phase v1beta1.Phase, a *v1beta1.AgentInstructions) *v1beta1.UpgradePlan {
+	t.Helper()
+	var p v1beta1.UpgradePlan
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: plan}, &p))
+	p.Status.Phase, p.Status.Agents = phase, a
+	require.NoError(t, c.Status().Update(t.Context(), &p))
+	return &p
+}
+
+// decide runs the sequencer's decision on the plan with the one node's report.
+func decide(p *v1beta1.UpgradePlan, node string, st v1beta1.RepoNodeStatus) v1beta1.Phase {
+	o := sequencer.Observation{
+		Now: time.Now(), Plan: p, ReadyEndpoints: 1,
+		Nodes:     []sequencer.NodeInfo{{Name: node, Ready: true}},
+		RepoNodes: map[string]*v1beta1.RepoNodeStatus{node: &st},
+	}
+	return sequencer.Decide(sequencer.DefaultConfig, o).Status.Phase
+}
+
+func testAgentConfig(t *testing.T, node string, kube client.Client) agentConfig {
+	return agentConfig{
+		node: node, listen: freeAddr(t), gossipListen: freeAddr(t), cacheDir: t.TempDir(),
+		grace: 5 * time.Second, kube: kube, report: true, reportInterval: 100 * time.Millisecond,
+	}
+}
+
+// An agent without an ISO of its own follows the cluster: it gets the ISO a plan names, reports
+// what the sequencer waits for through ISODownloading and RepoCreating, and drops the ISO from its
+// cache once the plan releases it.
+func TestAgentFollowsPlans(t *testing.T) {
+	t.Parallel()
+	isoPath, sum := packTestISO(t)
+	var sent atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(isoPath)
+		require.NoError(t, err)
+		defer f.Close()
+		st, err := f.Stat()
+		require.NoError(t, err)
+		http.ServeContent(&countingResponse{ResponseWriter: w, n: &sent}, r, "release.iso", st.ModTime(), f)
+	}))
+	defer origin.Close()
+	kube := kubeFake(t, &v1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "up"},
+		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+	})
+	c := testAgentConfig(t, "n1", kube)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
+	done := make(chan error, 1)
+	go func() { done <- agent(ctx, a, c) }()
+
+	// No plan holds an ISO: the agent reports that it holds none.
+	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return !s.HeartbeatTime.IsZero() })
+	require.Equal(t, v1beta1.ISOPending, st.ISO.State)
+	require.False(t, st.Repo.Ready)
+
+	agents := &v1beta1.AgentInstructions{ISOURL: origin.URL + "/release.iso", ISOChecksum: sum.Hex(), Hold: true}
+	plan := setAgents(t, kube, "up", v1beta1.PhaseISODownloading, agents)
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOReady })
+	require.Equal(t, sum.Hex(), st.ISO.Checksum)
+	require.Positive(t, st.ISO.BytesTotal)
+	require.Equal(t, st.ISO.BytesTotal, st.ISO.BytesDone)
+	require.Equal(t, st.ISO.BytesTotal, st.ISO.BytesFromOrigin)
+	size := st.ISO.BytesTotal
+	require.Equal(t, v1beta1.PhaseISODownloaded, decide(plan, "n1", st))
+
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.Repo.Ready })
+	require.Equal(t, "http://"+c.listen+"/", st.Repo.URL)
+	require.Empty(t, st.Preload.State, "no containerd, no preload")
+	plan = setAgents(t, kube, "up", v1beta1.PhaseRepoCreating, agents)
+	require.Equal(t, v1beta1.PhaseRepoCreated, decide(plan, "n1", st))
+	resp, err := http.Get(st.Repo.URL + "v1/release")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// A second plan holding the same ISO keeps it when the first lets go.
+	require.NoError(t, kube.Create(t.Context(), &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "later"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.5.2"}}))
+	setAgents(t, kube, "later", v1beta1.PhaseISODownloading, agents)
+	setAgents(t, kube, "up", v1beta1.PhaseCleaningUp, &v1beta1.AgentInstructions{ISOURL: agents.ISOURL, ISOChecksum: agents.ISOChecksum})
+	// A report stamped a second after the change comes after many reads of the plans.
+	changed := time.Now()
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.HeartbeatTime.After(changed.Add(time.Second)) })
+	require.Equal(t, v1beta1.ISOReady, st.ISO.State)
+	require.True(t, st.Repo.Ready)
+
+	// Released by every plan: the cached ISO goes, and the repo stops serving it.
+	setAgents(t, kube, "later", v1beta1.PhaseCleaningUp, &v1beta1.AgentInstructions{ISOURL: agents.ISOURL, ISOChecksum: agents.ISOChecksum})
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOPending })
+	require.False(t, st.Repo.Ready)
+	require.Empty(t, st.ISO.Checksum)
+	left, err := os.ReadDir(c.cacheDir)
+	require.NoError(t, err)
+	require.Empty(t, left, "the cache holds nothing once no plan holds the ISO")
+	resp, err = http.Get("http://" + c.listen + "/v1/release")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, size, sent.Load(), "the origin sent one copy")
+
+	cancel()
+	require.NoError(t, <-done)
 }
