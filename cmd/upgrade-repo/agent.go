@@ -632,6 +632,7 @@ func (n *agentNode) reportLoop(ctx context.Context, url string) {
 	lastErr := ""
 	for {
 		st := n.board.repoNode(url)
+		st.ISO.Checksum = n.asPlanWrites(st.ISO.Checksum)
 		if !sameState(st, last) || time.Since(lastAt) >= n.c.reportInterval {
 			if err := w.Write(ctx, st); err != nil {
 				if ctx.Err() != nil {
@@ -651,6 +652,24 @@ func (n *agentNode) reportLoop(ctx context.Context, url string) {
 		case <-time.After(look):
 		}
 	}
+}
+
+// asPlanWrites returns the ISO checksum sum written as the plans write it, when one of them holds
+// that ISO: the sequencer compares the strings, and a plan may write "sha512:HEX" or HEX.
+func (n *agentNode) asPlanWrites(sum string) string {
+	hex, err := peer.ParseChecksum(sum)
+	if err != nil {
+		return sum
+	}
+	n.plans.mu.Lock()
+	in := n.plans.in
+	n.plans.mu.Unlock()
+	for _, h := range append([]string{in.ISOChecksum}, in.Held...) {
+		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+			return h
+		}
+	}
+	return sum
 }
 
 // sameState reports whether two reports differ at most in progress counts.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -20,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -128,6 +132,9 @@ func TestAgentUsage(t *testing.T) {
 		{name: "url without cache", args: []string{"--node-name", "n", "--iso-url", "http://x/r.iso", "--iso-checksum", "sha512:" + strings.Repeat("a", 128)}},
 		{name: "bad listen", args: []string{"--node-name", "n", "--iso", "/r.iso", "--listen", "nope"}},
 		{name: "argument", args: []string{"--node-name", "n", "--iso", "/r.iso", "extra"}},
+		{name: "checksum without url", args: []string{"--node-name", "n", "--cache-dir", "/tmp", "--iso-checksum", "sha512:" + strings.Repeat("a", 128)}},
+		{name: "report without cache", args: []string{"--node-name", "n", "--report"}},
+		{name: "report every zero", args: []string{"--node-name", "n", "--report", "--cache-dir", "/tmp", "--report-interval", "0s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,6 +292,114 @@ func TestAgentFollowsPlans(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, size, sent.Load(), "the origin sent one copy")
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// An agent with its own ISO and a real containerd preloads only once the plan lets its node, and
+// then serves the layers of containerd's content store to peers by digest.
+func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
+	d := containerdtest.Start(t)
+	isoPath, sum := packTestISO(t)
+	// The plan writes the checksum with its prefix: the report must carry it as written.
+	planSum := "sha512:" + sum.Hex()
+	kube := kubeFake(t, &v1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "up"},
+		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseImagePreloading,
+			Agents: &v1beta1.AgentInstructions{ISOURL: "http://origin.invalid/release.iso", ISOChecksum: planSum, Hold: true}},
+	})
+	c := testAgentConfig(t, "n1", kube)
+	c.isoFile, c.isoChecksum, c.sock = isoPath, sum.String(), d.Socket
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
+	done := make(chan error, 1)
+	go func() { done <- agent(ctx, a, c) }()
+
+	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.Repo.Ready })
+	require.Equal(t, planSum, st.ISO.Checksum)
+	require.Equal(t, v1beta1.ISOReady, st.ISO.State)
+	changed := time.Now()
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.HeartbeatTime.After(changed.Add(time.Second)) })
+	require.Empty(t, st.Preload.State, "no preload before the plan lets the node")
+	cs, err := containerd.New(t.Context(), d.Socket)
+	require.NoError(t, err)
+	defer cs.Close()
+	blobs, err := cs.Blobs(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, blobs)
+
+	// The sequencer lets the node preload.
+	plan := setAgents(t, kube, "up", v1beta1.PhaseImagePreloading,
+		&v1beta1.AgentInstructions{ISOURL: "http://origin.invalid/release.iso", ISOChecksum: planSum, Hold: true, PreloadNodes: []string{"n1"}})
+	require.Equal(t, v1beta1.PhaseImagePreloading, decide(plan, "n1", st))
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool {
+		return s.Preload.State != "" && s.Preload.State != v1beta1.PreloadRunning
+	})
+	require.Equal(t, v1beta1.PreloadDone, st.Preload.State, st.Preload.Message)
+	require.Positive(t, st.Preload.ImagesTotal)
+	require.Equal(t, st.Preload.ImagesTotal, st.Preload.ImagesDone)
+	require.Positive(t, st.Preload.BytesDone)
+	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
+
+	// Every blob of the content store is served by digest, and verifies.
+	blobs, err = cs.Blobs(t.Context())
+	require.NoError(t, err)
+	require.NotEmpty(t, blobs)
+	for _, dg := range blobs {
+		resp, err := http.Get("http://" + c.listen + "/v2/any/blobs/" + dg)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, dg)
+		h := sha256.Sum256(body)
+		require.Equal(t, dg, "sha256:"+hex.EncodeToString(h[:]))
+	}
+	resp, err := http.Get("http://" + c.listen + "/v2/any/blobs/sha256:" + strings.Repeat("0", 64))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// A plan whose ISO checksum is unusable gets a Failed ISO that says why, and the agent fetches
+// nothing; a corrected plan is followed.
+func TestAgentReportsAnUnusablePlan(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		http.Error(w, "gone", http.StatusNotFound)
+	}))
+	defer origin.Close()
+	kube := kubeFake(t, &v1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "up"},
+		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseISODownloading,
+			Agents: &v1beta1.AgentInstructions{ISOURL: origin.URL + "/r.iso", ISOChecksum: "md5:1234", Hold: true}},
+	})
+	c := testAgentConfig(t, "n1", kube)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
+	done := make(chan error, 1)
+	go func() { done <- agent(ctx, a, c) }()
+
+	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOFailed })
+	require.Equal(t, "md5:1234", st.ISO.Checksum)
+	require.Contains(t, st.ISO.Message, "plan up")
+	require.Contains(t, st.ISO.Message, "md5:1234")
+	require.Zero(t, asked.Load())
+
+	good := "sha512:" + strings.Repeat("ab", 64)
+	setAgents(t, kube, "up", v1beta1.PhaseISODownloading, &v1beta1.AgentInstructions{ISOURL: origin.URL + "/r.iso", ISOChecksum: good, Hold: true})
+	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.Checksum == good })
+	require.NotEqual(t, v1beta1.ISOReady, st.ISO.State)
 
 	cancel()
 	require.NoError(t, <-done)
