@@ -54,7 +54,7 @@ func runISO(ctx context.Context, a *app, args []string) error {
 }
 
 // isoFlags parses flags that may come before, between or after the positional arguments.
-func isoFlags(fset *flag.FlagSet, args []string, min, max int) ([]string, error) {
+func isoFlags(fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	var pos []string
 	for {
 		if err := fset.Parse(args); err != nil {
@@ -67,7 +67,7 @@ func isoFlags(fset *flag.FlagSet, args []string, min, max int) ([]string, error)
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-	if len(pos) < min || (max >= 0 && len(pos) > max) {
+	if len(pos) < least || (most >= 0 && len(pos) > most) {
 		return nil, fmt.Errorf("%w: iso %s: wrong number of arguments (see upgrade-repo iso help)", errUsage, fset.Name())
 	}
 	return pos, nil
@@ -265,12 +265,12 @@ func isoLs(_ context.Context, a *app, args []string) error {
 	var list []isoEntry
 	info, err := fsys.Stat(target)
 	if err != nil {
-		return err
+		return fmt.Errorf("ls %s: %w", pos[0], err)
 	}
 	if !info.IsDir() {
 		linfo, err := fsys.Lstat(target)
 		if err != nil {
-			return err
+			return fmt.Errorf("ls %s: %w", pos[0], err)
 		}
 		list = append(list, isoDescribe(fsys, target, linfo))
 	} else if *recursive {
@@ -289,17 +289,17 @@ func isoLs(_ context.Context, a *app, args []string) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("ls %s: %w", pos[0], err)
 		}
 	} else {
 		ents, err := fsys.ReadDir(target)
 		if err != nil {
-			return err
+			return fmt.Errorf("ls %s: %w", pos[0], err)
 		}
 		for _, d := range ents {
 			i, err := d.Info()
 			if err != nil {
-				return err
+				return fmt.Errorf("ls %s: %w", pos[0], err)
 			}
 			list = append(list, isoDescribe(fsys, path.Join(target, d.Name()), i))
 		}
@@ -346,7 +346,7 @@ func isoStat(_ context.Context, a *app, args []string) error {
 	defer im.Close()
 	info, err := im.fsys.Lstat(p)
 	if err != nil {
-		return err
+		return fmt.Errorf("stat %s: %w", pos[0], err)
 	}
 	e := isoDescribe(im.fsys, p, info)
 	if *out == "json" {
@@ -396,7 +396,7 @@ func isoCat(ctx context.Context, a *app, args []string) error {
 	defer im.Close()
 	f, err := im.fsys.Open(p)
 	if err != nil {
-		return err
+		return fmt.Errorf("cat %s: %w", pos[0], err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {
