@@ -369,7 +369,8 @@ func isoStat(_ context.Context, a *app, args []string) error {
 	return nil
 }
 
-// isoCtxReader stops a copy when the context ends.
+// isoCtxReader stops a copy when the context ends. It holds a context because io.Reader has no
+// place for one; it lives only as long as the copy it serves.
 type isoCtxReader struct {
 	ctx context.Context
 	r   io.Reader
@@ -627,9 +628,9 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer root.Close()
-	x := &isoExtractor{ctx: ctx, a: a, fsys: im.fsys, root: root, buf: make([]byte, 1<<20)}
+	x := &isoExtractor{a: a, fsys: im.fsys, root: root, buf: make([]byte, 1<<20)}
 	for _, p := range paths {
-		if err := x.extract(p); err != nil {
+		if err := x.extract(ctx, p); err != nil {
 			return fmt.Errorf("extract %s: %w", p, err)
 		}
 	}
@@ -649,8 +650,8 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
+// isoExtractor writes files of an image under a root directory and counts what it wrote.
 type isoExtractor struct {
-	ctx          context.Context
 	a            *app
 	fsys         *iso.FS
 	root         *os.Root
@@ -660,13 +661,14 @@ type isoExtractor struct {
 	dirs         []isoExtractedDir
 }
 
+// isoExtractedDir is a directory whose mode and times are set once everything under it is written.
 type isoExtractedDir struct {
 	name  string
 	mode  fs.FileMode
 	mtime time.Time
 }
 
-func (x *isoExtractor) extract(top string) error {
+func (x *isoExtractor) extract(ctx context.Context, top string) error {
 	if dir := path.Dir(top); top != "." && dir != "." {
 		if err := x.root.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -676,7 +678,7 @@ func (x *isoExtractor) extract(top string) error {
 		if err != nil {
 			return err
 		}
-		if err := x.ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		info, err := x.fsys.Lstat(p)
@@ -702,7 +704,7 @@ func (x *isoExtractor) extract(top string) error {
 			}
 			x.links++
 		case mode.IsRegular():
-			if err := x.file(p, info); err != nil {
+			if err := x.file(ctx, p, info); err != nil {
 				return err
 			}
 		default:
@@ -712,7 +714,7 @@ func (x *isoExtractor) extract(top string) error {
 	})
 }
 
-func (x *isoExtractor) file(p string, info fs.FileInfo) error {
+func (x *isoExtractor) file(ctx context.Context, p string, info fs.FileInfo) error {
 	src, err := x.fsys.Open(p)
 	if err != nil {
 		return err
@@ -722,7 +724,7 @@ func (x *isoExtractor) file(p string, info fs.FileInfo) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(dst, isoCtxReader{ctx: x.ctx, r: src}, x.buf)
+	n, err := io.CopyBuffer(dst, isoCtxReader{ctx: ctx, r: src}, x.buf)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
