@@ -94,7 +94,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	reportSet := false
 	fset.Visit(func(f *flag.Flag) { reportSet = reportSet || f.Name == "report" })
@@ -102,7 +102,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 		c.report = true
 	}
 	if err := c.validate(fset.NArg()); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if c.report {
 		cfg, err := sequencerRESTConfig(c.kubeconfig)
@@ -139,12 +139,12 @@ func (c *agentConfig) validate(nargs int) error {
 	}
 	if c.isoChecksum != "" {
 		if _, err := peer.ParseChecksum(c.isoChecksum); err != nil {
-			return fmt.Errorf("--iso-checksum: %v", err)
+			return fmt.Errorf("--iso-checksum: %w", err)
 		}
 	}
 	for name, addr := range map[string]string{"--listen": c.listen, "--gossip-listen": c.gossipListen} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%s %q: %v", name, addr, err)
+			return fmt.Errorf("%s %q: %w", name, addr, err)
 		}
 	}
 	return nil
@@ -352,7 +352,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	fetcher, err := peer.NewFetcher(a.log, dir, gossip, store, peer.WithMetrics(pm), peer.WithSettle(settle))
 	if err != nil {
 		ln.Close()
-		gossip.Shutdown()
+		_ = gossip.Shutdown()
 		return err
 	}
 
@@ -394,7 +394,8 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	}
 	g.Go(func() error {
 		if c.isoFile == "" && c.isoURL == "" {
-			return n.followISOs(gctx)
+			n.followISOs(gctx)
+			return nil
 		}
 		return n.holdGiven(gctx)
 	})
@@ -443,7 +444,7 @@ func (n *agentNode) holdGiven(ctx context.Context) error {
 		n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
 		return err
 	}
-	defer closer()
+	defer func() { _ = closer() }()
 	n.server.SetHandler(h)
 	n.board.update(func(s *agentStatus) { s.Ready = true })
 	if err := n.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
@@ -455,11 +456,11 @@ func (n *agentNode) holdGiven(ctx context.Context) error {
 
 // followISOs holds, one after the other, the ISOs the UpgradePlans ask for: it waits for a plan
 // to name one, gets it, serves it, preloads it when allowed, and drops it once no plan holds it.
-func (n *agentNode) followISOs(ctx context.Context) error {
+func (n *agentNode) followISOs(ctx context.Context) {
 	for {
 		in, err := n.plans.wait(ctx, func(in report.Instruction) bool { return in.ISOURL != "" })
 		if err != nil {
-			return nil //nolint:nilerr // the agent is stopping
+			return // the agent is stopping
 		}
 		hex, err := peer.ParseChecksum(in.ISOChecksum)
 		if err != nil {
@@ -470,14 +471,14 @@ func (n *agentNode) followISOs(ctx context.Context) error {
 			n.board.checksum = in.ISOChecksum
 			n.board.mu.Unlock()
 			if _, err := n.plans.wait(ctx, func(x report.Instruction) bool { return x.ISOChecksum != in.ISOChecksum || x.ISOURL != in.ISOURL }); err != nil {
-				return nil //nolint:nilerr // the agent is stopping
+				return // the agent is stopping
 			}
 			n.reset()
 			continue
 		}
 		n.holdPlanned(ctx, in, hex)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 	}
 }
