@@ -96,7 +96,7 @@ func New(store Store, sources []Source, opts ...Option) (*Preloader, error) {
 		sources:     sources,
 		log:         slog.New(slog.DiscardHandler),
 		concurrency: 2,
-		decoders:    2,
+		decoders:    1,
 		retry:       backoff{attempts: 5, base: 250 * time.Millisecond, max: 5 * time.Second},
 	}
 	for _, o := range opts {
@@ -258,9 +258,11 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) error {
 		},
 	}
 	defer r.Close()
-	// The decoder keeps at most a few windows in memory; a big read buffer keeps reads from the
-	// ISO or the network large.
-	dec, err := zstd.NewReader(bufio.NewReaderSize(r, 256<<10),
+	// One decoder goroutine per archive: it decodes into the frame's window (what the frame
+	// header asks for, at most 64 MiB) and nothing more, and parallelism comes from importing
+	// archives side by side. A read buffer of one zstd block keeps reads from the ISO or the
+	// network large.
+	dec, err := zstd.NewReader(bufio.NewReaderSize(r, 128<<10),
 		zstd.WithDecoderConcurrency(p.decoders),
 		zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxWindow(64<<20))
