@@ -83,3 +83,27 @@ func TestPreloadCommand(t *testing.T) {
 }
 
 func sharedLayers(l ...v1.Layer) []v1.Layer { return l }
+
+func TestPreloadGCPercent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		env     map[string]string
+		percent int
+		ok      bool
+	}{
+		{name: "untuned", env: nil, percent: lowGCPercent, ok: true},
+		{name: "empty values count as unset", env: map[string]string{"GOGC": "", "GOMEMLIMIT": ""}, percent: lowGCPercent, ok: true},
+		{name: "GOGC set", env: map[string]string{"GOGC": "200"}},
+		{name: "GOGC off", env: map[string]string{"GOGC": "off"}},
+		{name: "GOMEMLIMIT set", env: map[string]string{"GOMEMLIMIT": "100MiB"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			percent, ok := preloadGCPercent(func(k string) string { return tt.env[k] })
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.percent, percent)
+		})
+	}
+}

@@ -175,7 +175,10 @@ func (d *Daemon) waitReady() error {
 		select {
 		case err := <-d.done:
 			d.done <- err
-			return fmt.Errorf("containerd exited before it was ready: %v", err)
+			if err == nil {
+				return errors.New("containerd exited before it was ready")
+			}
+			return fmt.Errorf("containerd exited before it was ready: %w", err)
 		default:
 		}
 		conn, err := net.DialTimeout("unix", d.Socket, time.Second)
