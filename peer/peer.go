@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sort"
 )
 
 // Member is one live member of the gossip ring.
@@ -69,13 +68,3 @@ func ParseChecksum(s string) (string, error) {
 // ValidBlobDigest reports whether d is a blob digest this package handles ("sha256:" and 64
 // lower-case hex digits).
 func ValidBlobDigest(d string) bool { return sha256Re.MatchString(d) }
-
-// sortedNames returns the names of ms, sorted.
-func sortedNames(ms []Member) []string {
-	out := make([]string, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, m.Name)
-	}
-	sort.Strings(out)
-	return out
-}

@@ -173,7 +173,7 @@ func TestRealISO(t *testing.T) {
 					body, err := io.ReadAll(resp.Body)
 					resp.Body.Close()
 					if err != nil || resp.StatusCode != 206 || sha256.Sum256(body) != sha256.Sum256(data[start:end+1]) {
-						errs <- fmt.Errorf("range %d-%d: status %d, %d bytes, err %v", start, end, resp.StatusCode, len(body), err)
+						errs <- fmt.Errorf("range %d-%d: status %d, %d bytes, err %w", start, end, resp.StatusCode, len(body), err)
 						return
 					}
 				}

@@ -51,7 +51,7 @@ func (h *Handler) serveDir(w http.ResponseWriter, r *http.Request, prefix string
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(l)
+		_ = enc.Encode(l) // a failed write means the client hung up
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -31,7 +31,7 @@ func NewServer(m *Metrics, metricsHandler http.Handler, log *slog.Logger) *Serve
 	s := &Server{mux: http.NewServeMux(), metrics: m, log: log}
 	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n") // the client hung up; nothing to tell it
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.handler.Load() == nil {
@@ -39,7 +39,7 @@ func NewServer(m *Metrics, metricsHandler http.Handler, log *slog.Logger) *Serve
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n") // the client hung up; nothing to tell it
 	})
 	if metricsHandler != nil {
 		s.mux.Handle("GET /metrics", metricsHandler)

@@ -81,7 +81,7 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	switch {
 	case fset.NArg() > 0:

@@ -45,7 +45,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fset.Args())
@@ -54,12 +54,12 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	if *isoSum != "" {
 		sum, err := acquire.ParseChecksum(*isoSum)
 		if err != nil {
-			return fmt.Errorf("%w: --iso-checksum: %v", errUsage, err)
+			return fmt.Errorf("%w: --iso-checksum: %w", errUsage, err)
 		}
 		src.Checksum = sum
 	}
 	if err := src.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -125,7 +125,9 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 	})
 	err = g.Wait()
 	if closeISO != nil {
-		closeISO()
+		if cerr := closeISO(); cerr != nil {
+			a.log.Warn("closing the ISO failed", "err", cerr)
+		}
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -54,7 +54,7 @@ func newSynthLayer(seed int64, key string, size int64) (*synthLayer, error) {
 	r, _ := l.Uncompressed()
 	n, err := io.Copy(d, r)
 	if err != nil || n != l.total {
-		return nil, fmt.Errorf("layer %s: generated %d of %d bytes: %v", key, n, l.total, err)
+		return nil, fmt.Errorf("layer %s: generated %d of %d bytes: %w", key, n, l.total, err)
 	}
 	l.digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(d.Sum(nil))}
 	return l, nil
