@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -16,6 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
 
 // agentStatus is the part of an agent's GET /v1/status the tests read.
@@ -44,7 +46,8 @@ type agentStatus struct {
 // TestAgents checks the chart's agents end to end. hack/e2e.sh put the release ISO into the node
 // cache of the seed nodes only and pointed the agents at an origin that does not answer yet, so
 // the other nodes can get the ISO from their peers alone. Then every node must serve the release
-// byte for byte through the Service, and hold every image of the release in its containerd.
+// byte for byte through the Service and report itself in its RepoNode. (In a cluster an agent
+// preloads only when an UpgradePlan lets its node; TestServeAndPreload covers the import.)
 func TestAgents(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
@@ -96,26 +99,24 @@ func TestAgents(t *testing.T) {
 		require.GreaterOrEqual(t, served, float64(rel.size*int64(len(c.nodes)-len(rel.seeds))), "ISO bytes the agents served to each other")
 	})
 
-	t.Run("every node's containerd holds every image of the release", func(t *testing.T) {
+	t.Run("every agent reports its node in a RepoNode", func(t *testing.T) {
 		for _, n := range c.nodes {
 			t.Run(n.Name, func(t *testing.T) {
-				t.Parallel()
-				eventually(t, 5*time.Minute, "preload on "+n.Name, func(ctx context.Context) error {
-					st, err := fetchStatus(ctx, base(t, n.Name))
-					if err != nil {
+				var rn apiv1beta1.RepoNode
+				eventually(t, 2*time.Minute, "RepoNode "+n.Name+" reports the ISO ready and served", func(ctx context.Context) error {
+					if err := c.cl.Get(ctx, client.ObjectKey{Name: n.Name}, &rn); err != nil {
 						return err
 					}
-					switch {
-					case st.Preload == nil:
-						return errors.New("preload not started")
-					case st.Preload.State == "ImagePreloadFailed":
-						return fmt.Errorf("preload failed: %s", st.Preload.Message)
-					case st.Preload.State != "ImagePreloaded":
-						return fmt.Errorf("preload %s: %d/%d images", st.Preload.State, st.Preload.ImagesPresent, st.Preload.ImagesTotal)
+					if rn.Status.ISO.State != apiv1beta1.ISOReady || !rn.Status.Repo.Ready {
+						return fmt.Errorf("RepoNode %s: ISO %q, repo ready %v", n.Name, rn.Status.ISO.State, rn.Status.Repo.Ready)
 					}
 					return nil
 				})
-				requireImages(t, n.Name, rel.refs())
+				if !rel.seeds[n.Name] {
+					require.Equal(t, rel.size, rn.Status.ISO.BytesTotal, "RepoNode %s: ISO size", n.Name)
+					require.Equal(t, rel.size, rn.Status.ISO.BytesFromPeers, "RepoNode %s: ISO bytes from peers", n.Name)
+					require.Zero(t, rn.Status.ISO.BytesFromOrigin, "RepoNode %s: ISO bytes from the origin", n.Name)
+				}
 			})
 		}
 	})
@@ -169,17 +170,6 @@ func TestAgents(t *testing.T) {
 		require.Zero(t, m[`upgrade_repo_peer_fetched_bytes_total{source="peer"}`]+m[`upgrade_repo_peer_fetched_bytes_total{source="origin"}`],
 			"the new agent on %s fetched ISO bytes instead of reusing its node cache", node)
 		checkServes(t, base(t, node), rel)
-		eventually(t, 3*time.Minute, "preload on "+node+" after the restart", func(ctx context.Context) error {
-			st, err := fetchStatus(ctx, base(t, node))
-			if err != nil {
-				return err
-			}
-			if st.Preload == nil || st.Preload.State != "ImagePreloaded" {
-				return fmt.Errorf("preload not done: %+v", st.Preload)
-			}
-			return nil
-		})
-		requireImages(t, node, rel.refs())
 	})
 }
 

@@ -95,6 +95,7 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 # 1. The cluster.
 if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
