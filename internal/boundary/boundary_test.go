@@ -1,0 +1,184 @@
+package boundary
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/upgrade-repo/upgrade-repo"
+
+// rule says which imports the non-test files of a set of packages may not have.
+type rule struct {
+	name string
+	// applies reports whether the rule covers the package in dir (slash-separated, relative to
+	// the module root).
+	applies func(dir string) bool
+	// forbidden reports whether importing path breaks the rule.
+	forbidden func(path string) bool
+}
+
+func under(dirs ...string) func(string) bool {
+	return func(dir string) bool {
+		for _, d := range dirs {
+			if dir == d || strings.HasPrefix(dir, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func exactly(dirs ...string) func(string) bool {
+	return func(dir string) bool {
+		for _, d := range dirs {
+			if dir == d {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func not(f func(string) bool) func(string) bool { return func(s string) bool { return !f(s) } }
+
+func ours(pkgs ...string) func(string) bool {
+	return func(path string) bool {
+		for _, p := range pkgs {
+			if path == module+"/"+p || strings.HasPrefix(path, module+"/"+p+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func standard(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
+
+var rules = []rule{
+	{
+		name:      "only preload/containerd talks to containerd",
+		applies:   not(under("preload/containerd")),
+		forbidden: func(p string) bool { return strings.HasPrefix(p, "github.com/containerd/") },
+	},
+	{
+		name:      "only peer/memberlist talks gossip",
+		applies:   not(under("peer/memberlist")),
+		forbidden: func(p string) bool { return p == "github.com/hashicorp/memberlist" },
+	},
+	{
+		name:      "iso knows only the ISO format",
+		applies:   under("iso"),
+		forbidden: func(p string) bool { return strings.HasPrefix(p, module+"/") && !strings.HasPrefix(p, module+"/iso") },
+	},
+	{
+		name:      "repo knows fs.FS and HTTP, not where the files come from",
+		applies:   under("repo"),
+		forbidden: ours("iso", "acquire", "preload", "peer", "sequencer", "api", "policy"),
+	},
+	{
+		name:      "peer decides who has what, not how the ISO is read or imported",
+		applies:   exactly("peer"),
+		forbidden: ours("iso", "repo", "preload", "acquire", "sequencer", "api", "policy"),
+	},
+	{
+		name:      "policy is pure: the standard library only",
+		applies:   under("policy"),
+		forbidden: func(p string) bool { return !standard(p) },
+	},
+	{
+		name:    "api holds only types: the standard library and apimachinery",
+		applies: under("api"),
+		forbidden: func(p string) bool {
+			return !standard(p) && !strings.HasPrefix(p, "k8s.io/apimachinery/")
+		},
+	},
+	{
+		name:      "no library package imports the commands",
+		applies:   not(under("cmd", "hack")),
+		forbidden: ours("cmd"),
+	},
+}
+
+func TestBoundaries(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	imports := map[string][]string{} // file (relative) -> imports
+	dirs := map[string]string{}      // file -> package dir
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "e2e" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, perr := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		require.NoError(t, perr, "every Go file of the module parses")
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		dirs[rel] = filepath.ToSlash(filepath.Dir(rel))
+		for _, imp := range f.Imports {
+			path, uerr := strconv.Unquote(imp.Path.Value)
+			require.NoError(t, uerr)
+			imports[rel] = append(imports[rel], path)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Contains(t, dirs, "preload/containerd/containerd.go", "the walk found the module's files")
+	require.Contains(t, dirs, "peer/memberlist/memberlist.go", "the walk found the module's files")
+
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			var offenders []string
+			for file, paths := range imports {
+				if !r.applies(dirs[file]) {
+					continue
+				}
+				for _, p := range paths {
+					if r.forbidden(p) {
+						offenders = append(offenders, file+" imports "+p)
+					}
+				}
+			}
+			require.Empty(t, offenders)
+		})
+	}
+}
+
+// TestRulesBite checks each rule against an import it must refuse, so a rule that matches nothing
+// cannot pass unnoticed.
+func TestRulesBite(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct{ dir, path string }{
+		"only preload/containerd talks to containerd":                    {"peer", "github.com/containerd/containerd/v2/client"},
+		"only peer/memberlist talks gossip":                              {"cmd/upgrade-repo", "github.com/hashicorp/memberlist"},
+		"iso knows only the ISO format":                                  {"iso", module + "/release"},
+		"repo knows fs.FS and HTTP, not where the files come from":       {"repo", module + "/iso"},
+		"peer decides who has what, not how the ISO is read or imported": {"peer", module + "/preload"},
+		"policy is pure: the standard library only":                      {"policy", "github.com/stretchr/testify/require"},
+		"api holds only types: the standard library and apimachinery":    {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
+		"no library package imports the commands":                        {"repo", module + "/cmd/upgrade-repo"},
+	}
+	require.Len(t, cases, len(rules))
+	for _, r := range rules {
+		c, ok := cases[r.name]
+		require.True(t, ok, r.name)
+		require.True(t, r.applies(c.dir) && r.forbidden(c.path), r.name)
+	}
+}
