@@ -27,16 +27,18 @@ func originURL(c *cluster) string {
 	return fmt.Sprintf("http://%s.%s.svc.cluster.local/release.iso", originName, c.namespace)
 }
 
-// deployOrigin copies the release ISO into the first node and serves it from there with a plain
-// HTTP file server, behind a Service, as a release's download site would.
+// deployOrigin copies the release ISO into every node and serves it with a plain HTTP file
+// server, behind a Service, as a release's download site would. The server may run on any node
+// that is schedulable: a drain during an upgrade moves it to another node.
 func deployOrigin(t *testing.T, c *cluster, rel *testRelease) {
 	t.Helper()
 	testImage := os.Getenv("E2E_TEST_IMAGE")
 	if testImage == "" {
 		t.Skip("E2E_TEST_IMAGE is not set: hack/e2e.sh builds the test image")
 	}
-	node := c.nodes[0].Name
-	placeFile(t, node, rel.iso, originHostDir+"/release.iso")
+	for _, n := range c.nodes {
+		placeFile(t, n.Name, rel.iso, originHostDir+"/release.iso")
+	}
 	labels := map[string]string{"app.kubernetes.io/name": originName}
 	recreate(t, c, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: originName, Namespace: c.namespace, Labels: labels},
@@ -46,8 +48,10 @@ func deployOrigin(t *testing.T, c *cluster, rel *testRelease) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeName:    node,
-					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					// Not the unschedulable taint of a cordoned node: a drain must be able to move it.
+					Tolerations: []corev1.Toleration{{
+						Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+					}},
 					Containers: []corev1.Container{{
 						Name:            "origin",
 						Image:           testImage,

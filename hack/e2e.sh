@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e.sh: the end-to-end test on a kind cluster (`make e2e`).
 #   1. creates the kind cluster, or reuses it when it exists (node image from KIND_NODE_IMAGE);
-#   2. builds the project image FROM scratch and `kind load`s it into every node;
+#   2. builds the project image and the tests' images (origin, test upgrade image) FROM scratch and
+#      `kind load`s them into every node;
 #   3. on a reused cluster, removes what a previous run left;
 #   4. builds the release ISO with `upgrade-repo release pack` and puts it on one node only;
 #   5. installs the Helm chart (helm at the pinned version, installed into bin/ on first use);
@@ -25,6 +26,7 @@ kubeconfig=$artifacts/kubeconfig
 version=e2e-$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 image=upgrade-repo:e2e
 test_image=upgrade-repo-e2e-testimage:e2e
+upgrade_image=upgrade-repo-e2e-upgrade:e2e
 offline_bin=${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline/bin
 log() { echo "[e2e $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
 
@@ -127,9 +129,13 @@ printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage"]\n' > 
 builder=()
 docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
 "${builder[@]}" docker build -q -t "$test_image" "$ctx" > "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $test_image failed: see $artifacts/testimage-build.log"; exit 1; }
+# The test upgrade image: the same program, run as `testimage upgrade` by the sequencer's Jobs,
+# which give it no arguments.
+printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage", "upgrade"]\n' > "$ctx/Dockerfile"
+"${builder[@]}" docker build -q -t "$upgrade_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $upgrade_image failed: see $artifacts/testimage-build.log"; exit 1; }
 rm -rf "$ctx"
-retry 3 kind load docker-image "$image" "$test_image" --name "$cluster" >/dev/null
-log "images $image ($version) and $test_image loaded"
+retry 3 kind load docker-image "$image" "$test_image" "$upgrade_image" --name "$cluster" >/dev/null
+log "images $image ($version), $test_image and $upgrade_image loaded"
 
 # 3. A clean slate on a reused cluster: no release of the chart, none of its objects, no node
 # cache, none of the release's images in the nodes' containerd.
@@ -144,6 +150,8 @@ kubectl delete namespace "$namespace" --ignore-not-found --wait --timeout=3m >/d
 for r in upgradeplans versions reponodes; do
   kubectl delete "$r.management.harvesterhci.io" --all --ignore-not-found >/dev/null 2>&1 || true
 done
+# An upgrade cut short may have left a node cordoned.
+retry 3 kubectl uncordon $(kind get nodes --name "$cluster") >/dev/null
 
 # 4. The release ISO, built by `release pack` from e2e/testdata/release.yaml, placed into the agent
 # cache of the seed node only. The agents are pointed at an origin that does not answer until a
@@ -185,6 +193,6 @@ run=()
 [ -n "${E2E_RUN:-}" ] && run=(-run "$E2E_RUN")
 log "running the e2e tests"
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
-  E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
+  E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_UPGRADE_IMAGE=$upgrade_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
   E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed \
   go test -count=1 -v -timeout "${E2E_TIMEOUT:-25m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test.log")

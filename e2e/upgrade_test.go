@@ -1,0 +1,456 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// Names of the objects the upgrade test creates.
+const (
+	installedConfigMap = "upgrade-repo-installed"
+	upgradePlanName    = "e2e-upgrade"
+	markerDir          = "/var/lib/upgrade-repo-e2e/upgraded"
+)
+
+// upgradeWatch is what the upgrade test sees of the cluster while the plan runs: the phases the
+// plan went through, when each node was cordoned and uncordoned, and the node Jobs' times.
+type upgradeWatch struct {
+	mu sync.Mutex
+	// cordoned and uncordoned are the first times each node was seen unschedulable, and then
+	// schedulable again.
+	cordoned, uncordoned map[string]time.Time
+	// jobs are the node Jobs of the plan by node, as last seen (they are removed at CleaningUp).
+	jobs map[string]batchv1.Job
+	// preload are the RepoNodes' preload states seen once the plan had left ImagePreloading.
+	preload map[string]apiv1beta1.RepoNodePreload
+	// agentDeleted names the node whose agent pod was deleted during ImagePreloading.
+	agentDeleted string
+}
+
+// TestUpgrade runs a whole upgrade on the cluster: a Version naming the release ISO at the
+// in-cluster origin and an UpgradePlan with the test upgrade image go through every phase to
+// Succeeded. An agent pod is deleted in the middle of ImagePreloading. Then every node's
+// containerd holds the release's images, the upgrade image ran on every node, control-plane nodes
+// were upgraded before the workers, and every node is schedulable again.
+func TestUpgrade(t *testing.T) {
+	c := env(t)
+	rel := releaseISO(t)
+	upgradeImage := os.Getenv("E2E_UPGRADE_IMAGE")
+	if upgradeImage == "" {
+		t.Skip("E2E_UPGRADE_IMAGE is not set: hack/e2e.sh builds the test upgrade image")
+	}
+	meta := releaseMetadata(t, rel)
+	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
+	deployOrigin(t, c, rel)
+
+	// Earlier tests preloaded the release by hand: remove its images so the plan has to preload.
+	refs := rel.refs()
+	for _, n := range c.nodes {
+		eventually(t, time.Minute, "remove the release's images from "+n.Name, func(ctx context.Context) error {
+			if _, err := nodeCmd(ctx, n.Name, append([]string{"ctr", "-n", "k8s.io", "images", "rm"}, refs...)...); err != nil &&
+				!strings.Contains(err.Error(), "not found") {
+				return err
+			}
+			_, err := nodeCmd(ctx, n.Name, "rm", "-rf", markerDir)
+			return err
+		})
+	}
+
+	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: upgradePlanName}})
+	for _, n := range c.nodes {
+		node, err := c.cs.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.False(t, node.Spec.Unschedulable, "node %s is cordoned before the upgrade (hack/e2e.sh uncordons every node)", n.Name)
+	}
+	recreate(t, c, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: installedConfigMap, Namespace: c.namespace},
+		Data:       map[string]string{"version": meta.MinUpgradableVersion},
+	})
+	recreate(t, c, &apiv1beta1.Version{
+		ObjectMeta: metav1.ObjectMeta{Name: meta.Harvester},
+		Spec:       apiv1beta1.VersionSpec{ISOURL: originURL(c), ISOChecksum: rel.checksum},
+	})
+	start := time.Now()
+	recreate(t, c, &apiv1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: upgradePlanName},
+		Spec: apiv1beta1.UpgradePlanSpec{
+			Version: meta.Harvester,
+			Upgrade: &upgradeImage,
+			Mode:    apiv1beta1.ModeAutomatic,
+			// One node at a time, so an agent can be deleted while the others still preload.
+			ImagePreloadOption: &apiv1beta1.ImagePreloadOption{Concurrency: 1},
+		},
+	})
+	t.Logf("installed version %s, Version %s at %s, UpgradePlan %s with upgrade image %s",
+		meta.MinUpgradableVersion, meta.Harvester, originURL(c), upgradePlanName, upgradeImage)
+
+	w := &upgradeWatch{
+		cordoned: map[string]time.Time{}, uncordoned: map[string]time.Time{},
+		jobs: map[string]batchv1.Job{}, preload: map[string]apiv1beta1.RepoNodePreload{},
+	}
+	wctx, stop := context.WithCancel(t.Context())
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); w.watchNodes(wctx, c) }()
+	go func() { defer bg.Done(); w.watchJobs(wctx, c) }()
+	defer func() { stop(); bg.Wait() }()
+
+	var plan apiv1beta1.UpgradePlan
+	lastPhase := apiv1beta1.Phase("")
+	err := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+		defer cancel()
+		return poll(ctx, time.Second, func(ctx context.Context) error {
+			if err := c.cl.Get(ctx, client.ObjectKey{Name: upgradePlanName}, &plan); err != nil {
+				return err
+			}
+			if plan.Status.Phase != lastPhase {
+				t.Logf("+%s phase %s", time.Since(start).Round(time.Second), plan.Status.Phase)
+				lastPhase = plan.Status.Phase
+			}
+			w.observe(ctx, t, c, &plan)
+			if plan.Status.Phase == apiv1beta1.PhaseSucceeded || plan.Status.Phase == apiv1beta1.PhaseFailed {
+				return nil
+			}
+			return fmt.Errorf("plan %s in phase %q, conditions %s", plan.Name, plan.Status.Phase, conditions(plan.Status.Conditions))
+		})
+	}()
+	if err != nil || plan.Status.Phase != apiv1beta1.PhaseSucceeded {
+		dumpPlan(t, c, &plan)
+	}
+	require.NoError(t, err, "UpgradePlan %s reaches Succeeded", upgradePlanName)
+	require.Equal(t, apiv1beta1.PhaseSucceeded, plan.Status.Phase, "UpgradePlan %s failed in phase %s: %s",
+		upgradePlanName, plan.Status.FailedPhase, conditions(plan.Status.Conditions))
+	stop()
+	bg.Wait()
+	t.Logf("plan %s succeeded after %s", upgradePlanName, time.Since(start).Round(time.Second))
+
+	t.Run("phase timings", func(t *testing.T) {
+		ts := plan.Status.PhaseTransitionTimestamps
+		require.NotEmpty(t, ts)
+		var seen []apiv1beta1.Phase
+		for i, p := range ts {
+			end := p.PhaseTransitionTimestamp.Time
+			if i+1 < len(ts) {
+				end = ts[i+1].PhaseTransitionTimestamp.Time
+			}
+			t.Logf("%-20s at %s  lasted %s", p.Phase, p.PhaseTransitionTimestamp.UTC().Format(time.RFC3339),
+				end.Sub(p.PhaseTransitionTimestamp.Time).Round(time.Second))
+			seen = append(seen, p.Phase)
+		}
+		t.Logf("total: %s", ts[len(ts)-1].PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second))
+		for _, p := range []apiv1beta1.Phase{
+			apiv1beta1.PhaseInitializing, apiv1beta1.PhaseISODownloading, apiv1beta1.PhaseRepoCreating,
+			apiv1beta1.PhaseMetadataPopulating, apiv1beta1.PhaseImagePreloading, apiv1beta1.PhaseClusterUpgrading,
+			apiv1beta1.PhaseNodeUpgrading, apiv1beta1.PhaseCleaningUp, apiv1beta1.PhaseSucceeded,
+		} {
+			require.Contains(t, seen, p, "phase %s recorded in the plan's transitions", p)
+		}
+	})
+
+	t.Run("an agent pod deleted during ImagePreloading", func(t *testing.T) {
+		w.mu.Lock()
+		node := w.agentDeleted
+		w.mu.Unlock()
+		require.NotEmpty(t, node, "no agent pod was deleted: ImagePreloading was never seen in flight")
+		t.Logf("the agent pod of %s was deleted during ImagePreloading and the plan still succeeded", node)
+	})
+
+	t.Run("every node preloaded every image", func(t *testing.T) {
+		for _, n := range c.nodes {
+			t.Run(n.Name, func(t *testing.T) {
+				w.mu.Lock()
+				p, ok := w.preload[n.Name]
+				w.mu.Unlock()
+				require.True(t, ok, "RepoNode %s never seen after ImagePreloading", n.Name)
+				require.Equal(t, apiv1beta1.PreloadDone, p.State, "RepoNode %s preload: %s %s", n.Name, p.Reason, p.Message)
+				require.Equal(t, int64(len(refs)), p.ImagesTotal, "RepoNode %s: images of the release", n.Name)
+				require.Equal(t, p.ImagesTotal, p.ImagesDone, "RepoNode %s: images preloaded", n.Name)
+				requireImages(t, n.Name, refs)
+				ns := plan.Status.NodeUpgradeStatuses[n.Name]
+				require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "plan's state of node %s: %s", n.Name, ns.Message)
+			})
+		}
+	})
+
+	t.Run("the upgrade image ran on every node, control plane first", func(t *testing.T) {
+		ran := map[string]time.Time{}
+		for _, n := range c.nodes {
+			var out string
+			eventually(t, time.Minute, "read the upgrade marker of "+n.Name, func(ctx context.Context) error {
+				var err error
+				out, err = nodeCmd(ctx, n.Name, "cat", markerDir+"/"+n.Name)
+				return err
+			})
+			sc := bufio.NewScanner(strings.NewReader(out))
+			var lines int
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				require.Len(t, f, 2, "marker of %s: %q", n.Name, sc.Text())
+				at, err := time.Parse(time.RFC3339Nano, f[0])
+				require.NoError(t, err, "marker of %s", n.Name)
+				require.Equal(t, meta.Harvester, f[1], "release given to the upgrade image on %s", n.Name)
+				if lines == 0 {
+					ran[n.Name] = at
+				}
+				lines++
+			}
+			require.Equal(t, 1, lines, "the upgrade image ran once on %s: %q", n.Name, out)
+			t.Logf("%s: upgraded at %s", n.Name, ran[n.Name].Format(time.RFC3339Nano))
+		}
+		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) { return ran[node], ran[node] })
+	})
+
+	t.Run("nodes were cordoned one at a time, control plane first, and uncordoned", func(t *testing.T) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, n := range c.nodes {
+			j, ok := w.jobs[n.Name]
+			require.True(t, ok, "no node Job seen for %s", n.Name)
+			require.NotNil(t, j.Status.StartTime, "node Job of %s never started", n.Name)
+			require.NotNil(t, j.Status.CompletionTime, "node Job of %s never completed", n.Name)
+			require.False(t, w.cordoned[n.Name].IsZero(), "node %s was never seen cordoned", n.Name)
+			require.False(t, w.uncordoned[n.Name].IsZero(), "node %s was never seen uncordoned after its upgrade", n.Name)
+			t.Logf("%s: cordoned %s, Job %s → %s, uncordoned %s", n.Name, w.cordoned[n.Name].Format(time.TimeOnly),
+				j.Status.StartTime.Format(time.TimeOnly), j.Status.CompletionTime.Format(time.TimeOnly), w.uncordoned[n.Name].Format(time.TimeOnly))
+		}
+		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) {
+			j := w.jobs[node]
+			return j.Status.StartTime.Time, j.Status.CompletionTime.Time
+		})
+		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) { return w.cordoned[node], w.uncordoned[node] })
+		for _, n := range c.nodes {
+			node, err := c.cs.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			require.False(t, node.Spec.Unschedulable, "node %s is still cordoned", n.Name)
+		}
+	})
+}
+
+// requireControlPlaneFirst checks that every control-plane node finished its upgrade before any
+// worker started its own; span gives a node's start and end.
+func requireControlPlaneFirst(t *testing.T, c *cluster, span func(node string) (time.Time, time.Time)) {
+	t.Helper()
+	for _, cp := range c.nodes {
+		if !isControlPlane(cp) {
+			continue
+		}
+		_, cpEnd := span(cp.Name)
+		for _, wk := range c.nodes {
+			if isControlPlane(wk) {
+				continue
+			}
+			wkStart, _ := span(wk.Name)
+			require.False(t, wkStart.Before(cpEnd), "worker %s (started %s) was upgraded before control-plane node %s finished (%s)",
+				wk.Name, wkStart.Format(time.RFC3339Nano), cp.Name, cpEnd.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// observe records what the plan's progress shows: the RepoNodes' preload state
+// once the plan has left ImagePreloading, and deletes one agent pod while it preloads.
+func (w *upgradeWatch) observe(ctx context.Context, t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
+	phase := plan.Status.Phase
+	if phase == apiv1beta1.PhaseImagePreloading {
+		w.deleteAgentWhilePreloading(ctx, t, c, plan)
+	}
+	if phaseIndex(phase) > phaseIndex(apiv1beta1.PhaseImagePreloading) {
+		var rns apiv1beta1.RepoNodeList
+		if err := c.cl.List(ctx, &rns); err == nil {
+			w.mu.Lock()
+			for _, rn := range rns.Items {
+				if _, ok := w.preload[rn.Name]; !ok {
+					w.preload[rn.Name] = rn.Status.Preload
+				}
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// deleteAgentWhilePreloading deletes, once, the agent pod of a worker while that worker preloads.
+func (w *upgradeWatch) deleteAgentWhilePreloading(ctx context.Context, t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
+	w.mu.Lock()
+	done := w.agentDeleted != ""
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	for _, n := range c.nodes {
+		if isControlPlane(n) {
+			continue
+		}
+		if plan.Status.NodeUpgradeStatuses[n.Name].State != apiv1beta1.NodeImagePreloading {
+			continue
+		}
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release,
+			FieldSelector: "spec.nodeName=" + n.Name,
+		})
+		if err != nil || len(pods.Items) == 0 {
+			return
+		}
+		if err := c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+			t.Logf("delete agent pod %s: %v", pods.Items[0].Name, err)
+			return
+		}
+		t.Logf("deleted agent pod %s on %s during ImagePreloading (node state %q)", pods.Items[0].Name, n.Name,
+			plan.Status.NodeUpgradeStatuses[n.Name].State)
+		w.mu.Lock()
+		w.agentDeleted = n.Name
+		w.mu.Unlock()
+		return
+	}
+}
+
+// watchNodes records when each node turns unschedulable and schedulable again, until ctx ends.
+func (w *upgradeWatch) watchNodes(ctx context.Context, c *cluster) {
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return c.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	}, func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch {
+		case n.Spec.Unschedulable && w.cordoned[n.Name].IsZero():
+			w.cordoned[n.Name] = now
+		case !n.Spec.Unschedulable && !w.cordoned[n.Name].IsZero() && w.uncordoned[n.Name].IsZero():
+			w.uncordoned[n.Name] = now
+		}
+	})
+}
+
+// watchJobs keeps the last state of each node Job in the namespace until ctx ends: the plan
+// removes its Jobs when it cleans up.
+func (w *upgradeWatch) watchJobs(ctx context.Context, c *cluster) {
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return c.cs.BatchV1().Jobs(c.namespace).Watch(ctx, metav1.ListOptions{})
+	}, func(obj any) {
+		j, ok := obj.(*batchv1.Job)
+		if !ok {
+			return
+		}
+		for _, ctr := range j.Spec.Template.Spec.Containers {
+			for _, e := range ctr.Env {
+				if e.Name == "UPGRADE_NODE_NAME" && e.Value != "" {
+					w.mu.Lock()
+					w.jobs[e.Value] = *j
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
+}
+
+// watchEach calls seen with every object added or modified in the watches start opens, opening
+// a new one whenever the last ends, until ctx ends.
+func watchEach(ctx context.Context, start func(context.Context) (watch.Interface, error), seen func(any)) {
+	for ctx.Err() == nil {
+		wi, err := start(ctx)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				seen(ev.Object)
+			}
+		}
+		wi.Stop()
+	}
+}
+
+// phaseIndex is the position of p in the order phases run; -1 when unknown.
+func phaseIndex(p apiv1beta1.Phase) int {
+	return slices.Index([]apiv1beta1.Phase{
+		apiv1beta1.PhaseInitializing, apiv1beta1.PhaseInitialized, apiv1beta1.PhaseISODownloading,
+		apiv1beta1.PhaseISODownloaded, apiv1beta1.PhaseRepoCreating, apiv1beta1.PhaseRepoCreated,
+		apiv1beta1.PhaseMetadataPopulating, apiv1beta1.PhaseMetadataPopulated, apiv1beta1.PhaseImagePreloading,
+		apiv1beta1.PhaseImagePreloaded, apiv1beta1.PhaseClusterUpgrading, apiv1beta1.PhaseClusterUpgraded,
+		apiv1beta1.PhaseNodeUpgrading, apiv1beta1.PhaseNodeUpgraded, apiv1beta1.PhaseCleaningUp,
+		apiv1beta1.PhaseCleanedUp, apiv1beta1.PhaseSucceeded,
+	}, p)
+}
+
+// conditions prints a plan's conditions on one line.
+func conditions(cs []metav1.Condition) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "[%s=%s %s: %s] ", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return b.String()
+}
+
+// dumpPlan logs the plan and the RepoNodes, for a failed run.
+func dumpPlan(t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
+	defer cancel()
+	if out, err := yaml.Marshal(plan); err == nil {
+		t.Logf("UpgradePlan %s:\n%s", plan.Name, out)
+	}
+	var rns apiv1beta1.RepoNodeList
+	if err := c.cl.List(ctx, &rns); err != nil {
+		t.Logf("list RepoNodes: %v", err)
+		return
+	}
+	for _, rn := range rns.Items {
+		out, _ := json.Marshal(rn.Status)
+		t.Logf("RepoNode %s: %s", rn.Name, out)
+	}
+}
+
+// releaseMetadata reads harvester-release.yaml of the release's tree.
+func releaseMetadata(t *testing.T, rel *testRelease) apiv1beta1.ReleaseMetadata {
+	t.Helper()
+	data, err := os.ReadFile(rel.tree + "/harvester-release.yaml")
+	require.NoError(t, err)
+	var m apiv1beta1.ReleaseMetadata
+	require.NoError(t, yaml.Unmarshal(data, &m), "harvester-release.yaml")
+	require.NotEmpty(t, m.Harvester, "harvester-release.yaml names no harvester version")
+	require.NotEmpty(t, m.MinUpgradableVersion, "harvester-release.yaml names no minUpgradableVersion")
+	return m
+}
+
+// deleteObject deletes obj and waits until it is gone.
+func deleteObject(t *testing.T, c *cluster, obj client.Object) {
+	t.Helper()
+	eventually(t, 2*time.Minute, fmt.Sprintf("delete %T %s", obj, obj.GetName()), func(ctx context.Context) error {
+		err := c.cl.Delete(ctx, obj)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err := c.cl.Get(ctx, client.ObjectKeyFromObject(obj), obj); client.IgnoreNotFound(err) != nil {
+			return err
+		} else if err != nil {
+			return nil
+		}
+		return fmt.Errorf("%s is still being deleted", obj.GetName())
+	})
+}
