@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -41,15 +43,19 @@ type upgradeWatch struct {
 	jobs map[string]batchv1.Job
 	// preload are the RepoNodes' preload states seen once the plan had left ImagePreloading.
 	preload map[string]apiv1beta1.RepoNodePreload
+	// iso are the RepoNodes' ISO states seen once the plan had left ISODownloading.
+	iso map[string]apiv1beta1.RepoNodeISO
 	// agentDeleted names the node whose agent pod was deleted during ImagePreloading.
 	agentDeleted string
 }
 
-// TestUpgrade runs a whole upgrade on the cluster: a Version naming the release ISO at the
-// in-cluster origin and an UpgradePlan with the test upgrade image go through every phase to
-// Succeeded. An agent pod is deleted in the middle of ImagePreloading. Then every node's
-// containerd holds the release's images, the upgrade image ran on every node, control-plane nodes
-// were upgraded before the workers, and every node is schedulable again.
+// TestUpgrade runs a whole upgrade on the cluster. The agents are turned into agents that follow
+// the UpgradePlans, with the ISO left in the seed nodes' cache only. A Version naming the release
+// ISO at the in-cluster origin and an UpgradePlan with the test upgrade image go through every
+// phase to Succeeded, and an agent pod is deleted in the middle of ImagePreloading. Then every
+// agent got the ISO (from its cache or its peers), every node's containerd holds the release's
+// images, the upgrade image ran once on every node, control-plane nodes were cordoned, upgraded
+// and uncordoned before the workers, one node at a time, and every node is schedulable again.
 func TestUpgrade(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
@@ -60,6 +66,7 @@ func TestUpgrade(t *testing.T) {
 	meta := releaseMetadata(t, rel)
 	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
 	deployOrigin(t, c, rel)
+	agentsFollowPlans(t, c, rel)
 
 	// Earlier tests preloaded the release by hand: remove its images so the plan has to preload.
 	refs := rel.refs()
@@ -105,6 +112,7 @@ func TestUpgrade(t *testing.T) {
 	w := &upgradeWatch{
 		cordoned: map[string]time.Time{}, uncordoned: map[string]time.Time{},
 		jobs: map[string]batchv1.Job{}, preload: map[string]apiv1beta1.RepoNodePreload{},
+		iso: map[string]apiv1beta1.RepoNodeISO{},
 	}
 	wctx, stop := context.WithCancel(t.Context())
 	var bg sync.WaitGroup
@@ -163,6 +171,23 @@ func TestUpgrade(t *testing.T) {
 			apiv1beta1.PhaseNodeUpgrading, apiv1beta1.PhaseCleaningUp, apiv1beta1.PhaseSucceeded,
 		} {
 			require.Contains(t, seen, p, "phase %s recorded in the plan's transitions", p)
+		}
+	})
+
+	t.Run("every agent got the plan's ISO, from its cache or its peers", func(t *testing.T) {
+		for _, n := range c.nodes {
+			w.mu.Lock()
+			iso, ok := w.iso[n.Name]
+			w.mu.Unlock()
+			require.True(t, ok, "RepoNode %s never seen after ISODownloading", n.Name)
+			t.Logf("%s: ISO %s, %d bytes from peers, %d from the origin", n.Name, iso.State, iso.BytesFromPeers, iso.BytesFromOrigin)
+			require.Equal(t, apiv1beta1.ISOReady, iso.State, "RepoNode %s: %s", n.Name, iso.Message)
+			require.Equal(t, rel.checksum, iso.Checksum, "RepoNode %s: ISO checksum", n.Name)
+			if rel.seeds[n.Name] {
+				require.Zero(t, iso.BytesFromPeers+iso.BytesFromOrigin, "seed node %s had the ISO in its cache", n.Name)
+				continue
+			}
+			require.Equal(t, rel.size, iso.BytesFromPeers+iso.BytesFromOrigin, "node %s fetched the whole ISO afresh", n.Name)
 		}
 	})
 
@@ -271,6 +296,18 @@ func (w *upgradeWatch) observe(ctx context.Context, t *testing.T, c *cluster, pl
 	phase := plan.Status.Phase
 	if phase == apiv1beta1.PhaseImagePreloading {
 		w.deleteAgentWhilePreloading(ctx, t, c, plan)
+	}
+	if phaseIndex(phase) > phaseIndex(apiv1beta1.PhaseISODownloading) && phaseIndex(phase) <= phaseIndex(apiv1beta1.PhaseNodeUpgrading) {
+		var rns apiv1beta1.RepoNodeList
+		if err := c.cl.List(ctx, &rns); err == nil {
+			w.mu.Lock()
+			for _, rn := range rns.Items {
+				if _, ok := w.iso[rn.Name]; !ok {
+					w.iso[rn.Name] = rn.Status.ISO
+				}
+			}
+			w.mu.Unlock()
+		}
 	}
 	if phaseIndex(phase) > phaseIndex(apiv1beta1.PhaseImagePreloading) {
 		var rns apiv1beta1.RepoNodeList
@@ -453,4 +490,74 @@ func deleteObject(t *testing.T, c *cluster, obj client.Object) {
 		}
 		return fmt.Errorf("%s is still being deleted", obj.GetName())
 	})
+}
+
+// agentCacheDir is the agents' node cache, as hack/e2e.sh installs the chart.
+const agentCacheDir = "/var/lib/upgrade-repo-e2e/agent"
+
+// agentsFollowPlans turns the agents, installed with the release ISO on their command line, into
+// agents that follow the UpgradePlans (the chart's default), all at once since none is Ready
+// before a plan exists, and empties the node cache of every node but the seeds.
+func agentsFollowPlans(t *testing.T, c *cluster, rel *testRelease) {
+	t.Helper()
+	name := c.release + "-agent"
+	var gen int64
+	eventually(t, 2*time.Minute, "agents without --iso-url", func(ctx context.Context) error {
+		ds, err := c.cs.AppsV1().DaemonSets(c.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ctr := &ds.Spec.Template.Spec.Containers[0]
+		ctr.Args = slices.DeleteFunc(ctr.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--iso-url=") || strings.HasPrefix(a, "--iso-checksum=")
+		})
+		all := intstr.FromString("100%")
+		ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{
+			Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &all},
+		}
+		up, err := c.cs.AppsV1().DaemonSets(c.namespace).Update(ctx, ds, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		gen = up.Generation
+		return nil
+	})
+	eventually(t, 5*time.Minute, "agents following the plans on every node", func(ctx context.Context) error {
+		ds, err := c.cs.AppsV1().DaemonSets(c.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st := ds.Status
+		if st.ObservedGeneration < gen || int(st.UpdatedNumberScheduled) != len(c.nodes) {
+			return fmt.Errorf("daemonset %s: %d of %d pods updated", name, st.UpdatedNumberScheduled, len(c.nodes))
+		}
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release,
+		})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || slices.ContainsFunc(p.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--iso-url=") }) {
+				return fmt.Errorf("agent pod %s still has the ISO on its command line", p.Name)
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running != len(c.nodes) {
+			return fmt.Errorf("%d of %d agent pods running", running, len(c.nodes))
+		}
+		return nil
+	})
+	for _, n := range c.nodes {
+		if rel.seeds[n.Name] {
+			continue
+		}
+		eventually(t, time.Minute, "empty the agent cache of "+n.Name, func(ctx context.Context) error {
+			_, err := nodeCmd(ctx, n.Name, "sh", "-c", "rm -f "+agentCacheDir+"/*.iso")
+			return err
+		})
+	}
 }
