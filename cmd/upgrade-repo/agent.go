@@ -90,11 +90,8 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	_, inClusterErr := rest.InClusterConfig()
 	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
 	fset.DurationVar(&c.reportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat and the UpgradePlans are read")
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	reportSet := false
 	fset.Visit(func(f *flag.Flag) { reportSet = reportSet || f.Name == "report" })

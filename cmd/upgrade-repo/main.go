@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -78,6 +79,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	a := &app{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
 	return c.run(ctx, a, args[1:])
+}
+
+// parseFlags parses a subcommand's flags. help is true when -h or --help was given (the flag
+// package has printed the usage, and the subcommand returns nil); any other error is a usage error.
+func parseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return false, nil
 }
 
 func usage(w io.Writer, cmds map[string]command) {

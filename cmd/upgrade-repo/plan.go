@@ -91,11 +91,8 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE --to VERSION [--release FILE|URL] [flags]")
 		fset.PrintDefaults()
 	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: plan takes no arguments, got %q", errUsage, fset.Args())

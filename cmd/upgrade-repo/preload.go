@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,11 +41,8 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	copyDir := fset.String("copy-to", "", "also place the archives in this directory (RKE2: /var/lib/rancher/rke2/agent/images)")
 	dryRun := fset.Bool("dry-run", false, "print what would be imported and why, change nothing")
 	output := fset.String("o", "text", "output format: text or json")
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	switch {
 	case fset.NArg() > 0:

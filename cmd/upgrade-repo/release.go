@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -77,11 +76,8 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 	var tbs tarballs
 	fset.Var(&tbs, "tarball", "a docker-save tarball whose images join the common group (repeatable)")
 	output := fset.String("o", "text", "output format: text or json")
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	switch {
 	case fset.NArg() > 0:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -40,11 +39,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	stallAfter := fset.Duration("stall-after", sequencer.DefaultConfig.StallAfter, "how long a short phase may wait before the plan is Degraded")
 	heartbeat := fset.Duration("heartbeat-timeout", sequencer.DefaultConfig.HeartbeatTimeout, "how old an agent's report may be")
 	poll := fset.Duration("poll", sequencer.DefaultConfig.Poll, "how often a waiting plan is looked at again")
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: sequencer takes no arguments, got %q", errUsage, fset.Args())

@@ -41,11 +41,8 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	cacheDir := fset.String("cache-dir", "", "where a downloaded ISO is kept (required with --iso-url)")
 	listen := fset.String("listen", "127.0.0.1:8080", "the address to serve on")
 	grace := fset.Duration("grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
 	}
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fset.Args())
