@@ -70,16 +70,7 @@ func waitReady(t *testing.T, addr string, done <-chan error) agentStatus {
 func TestAgentsShareTheRelease(t *testing.T) {
 	t.Parallel()
 	isoPath, sum := packTestISO(t)
-	var sent atomic.Int64
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f, err := os.Open(isoPath)
-		require.NoError(t, err)
-		defer f.Close()
-		st, err := f.Stat()
-		require.NoError(t, err)
-		http.ServeContent(&countingResponse{ResponseWriter: w, n: &sent}, r, "release.iso", st.ModTime(), f)
-	}))
-	defer origin.Close()
+	origin, sent := countingOrigin(t, isoPath)
 	ctx, cancel := context.WithCancel(t.Context())
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	start := func(name, join string) (string, string, chan error) {
@@ -223,16 +214,7 @@ func testAgentConfig(t *testing.T, node string, kube client.Client) agentConfig 
 func TestAgentFollowsPlans(t *testing.T) {
 	t.Parallel()
 	isoPath, sum := packTestISO(t)
-	var sent atomic.Int64
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f, err := os.Open(isoPath)
-		require.NoError(t, err)
-		defer f.Close()
-		st, err := f.Stat()
-		require.NoError(t, err)
-		http.ServeContent(&countingResponse{ResponseWriter: w, n: &sent}, r, "release.iso", st.ModTime(), f)
-	}))
-	defer origin.Close()
+	origin, sent := countingOrigin(t, isoPath)
 	kube := kubeFake(t, &v1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: "up"},
 		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
@@ -403,4 +385,26 @@ func TestAgentReportsAnUnusablePlan(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// countingOrigin serves the ISO at isoPath as an origin would, counting the body bytes it sends.
+func countingOrigin(t *testing.T, isoPath string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	sent := new(atomic.Int64)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(isoPath)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		http.ServeContent(&countingResponse{ResponseWriter: w, n: sent}, r, "release.iso", st.ModTime(), f)
+	}))
+	t.Cleanup(origin.Close)
+	return origin, sent
 }
