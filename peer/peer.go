@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Member is one live member of the gossip ring.
@@ -52,15 +53,20 @@ var (
 	sha256Re = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
-// ParseChecksum parses an ISO checksum written as "sha512:HEX" (or a bare 128-digit hex string)
-// and returns the lower-case hex digest.
+// ParseChecksum parses an ISO checksum written as "sha512:HEX" (or a bare 128-digit hex string;
+// the algorithm and the digits in any case, surrounding spaces ignored) and returns the lower-case
+// hex digest, the form the directory and the HTTP paths use.
 func ParseChecksum(s string) (string, error) {
-	hex := s
-	if len(s) > 7 && s[:7] == "sha512:" {
-		hex = s[7:]
+	hex := strings.TrimSpace(s)
+	if algo, rest, ok := strings.Cut(hex, ":"); ok {
+		if !strings.EqualFold(algo, "sha512") {
+			return "", fmt.Errorf("checksum %q: algorithm %q is not supported, use sha512:HEX", s, algo)
+		}
+		hex = rest
 	}
+	hex = strings.ToLower(hex)
 	if !sha512Re.MatchString(hex) {
-		return "", fmt.Errorf("checksum %q: want sha512: followed by 128 lower-case hex digits", s)
+		return "", fmt.Errorf("checksum %q: want sha512: followed by 128 hex digits", s)
 	}
 	return hex, nil
 }
