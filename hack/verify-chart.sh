@@ -134,7 +134,6 @@ has defaults '- --join=t-upgrade-repo-peers\.ns\.svc'
 has defaults 'publishNotReadyAddresses: true'
 has defaults 'type: Socket'
 has defaults 'path: /var/lib/upgrade-repo$'
-has defaults 'node-role.kubernetes.io/control-plane'
 has defaults 'name: GOMEMLIMIT'
 has defaults 'resource: limits.memory'
 has defaults 'readOnlyRootFilesystem: true'
@@ -147,6 +146,20 @@ has defaults 'kind: Deployment'
 has defaults '- --leader-elect'
 has defaults '- --repo-url=http://t-upgrade-repo\.ns\.svc:80'
 has defaults 'kind: ClusterRole$'
+# The node-local Service the node Jobs reach their own node's agent through, without DNS.
+has defaults 'name: t-upgrade-repo-local$'
+has defaults 'internalTrafficPolicy: Local'
+# The sequencer never evicts its own replicas, keeps one through others' drains, spreads them.
+has defaults 'kind: PodDisruptionBudget'
+has defaults 'maxUnavailable: 1$'
+has defaults 'podAntiAffinity:'
+has defaults 'whenUnsatisfiable: ScheduleAnyway'
+hasnt defaults 'key: node-role.kubernetes.io/control-plane'
+# The agents tolerate every taint (tainted control planes, witness nodes).
+grep -A3 '^ *tolerations:' "$work/defaults.yaml" | grep -q -- '- operator: Exists' || fail "render defaults: the agents do not tolerate every taint"
+# The upgrade Jobs' ServiceAccount, bound to cluster-admin.
+has defaults 'name: t-upgrade-repo-upgrade$'
+has defaults 'name: cluster-admin$'
 
 render origin --set release.isoURL=https://example.org/r.iso --set release.isoChecksum=sha512:ab \
   --set agent.goMemLimit=450MiB --set agent.cacheDir=/data/cache --set log.level=debug
@@ -165,6 +178,23 @@ render existing --set gossip.existingSecret=my-key --set sequencer.enabled=false
 hasnt existing 'kind: Secret'
 has existing 'secretName: my-key'
 hasnt existing 'kind: Deployment'
+hasnt existing 'kind: PodDisruptionBudget'
+hasnt existing 'upgrade-repo-upgrade'
+
+render placed --set sequencer.tolerateControlPlane=true --set sequencer.spreadAcrossNodes=false \
+  --set sequencer.podDisruptionBudget.enabled=false --set upgradeJob.clusterRole=my-upgrader
+has placed 'key: node-role.kubernetes.io/control-plane'
+hasnt placed 'podAntiAffinity:'
+hasnt placed 'whenUnsatisfiable'
+hasnt placed 'kind: PodDisruptionBudget'
+has placed 'name: my-upgrader$'
+hasnt placed 'name: cluster-admin$'
+
+render nojobsa --set upgradeJob.serviceAccount.create=false
+hasnt nojobsa 'job-service-account'
+hasnt nojobsa 'name: t-upgrade-repo-upgrade$'
+render ownjobsa --set upgradeJob.serviceAccount.create=false --set upgradeJob.serviceAccount.name=upgrader
+hasnt ownjobsa 'kind: ClusterRoleBinding.*upgrade'
 
 render fixedkey --set gossip.key=0123456789abcdef0123456789abcdef
 has fixedkey "key: \"$(printf 0123456789abcdef0123456789abcdef | base64 -w0)\""

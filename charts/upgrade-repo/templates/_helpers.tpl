@@ -57,6 +57,23 @@ The image reference.
 {{- define "upgrade-repo.peers" -}}
 {{- printf "%s-peers" (include "upgrade-repo.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- define "upgrade-repo.localService" -}}
+{{- printf "%s-local" (include "upgrade-repo.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "upgrade-repo.upgradeJob" -}}
+{{- printf "%s-upgrade" (include "upgrade-repo.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{/*
+The ServiceAccount of the upgrade Jobs: the chart's own when upgradeJob.serviceAccount.create,
+else the one named in upgradeJob.serviceAccount.name (empty: the namespace's default).
+*/}}
+{{- define "upgrade-repo.upgradeJobServiceAccount" -}}
+{{- if .Values.upgradeJob.serviceAccount.create }}
+{{- default (include "upgrade-repo.upgradeJob" .) .Values.upgradeJob.serviceAccount.name }}
+{{- else }}
+{{- .Values.upgradeJob.serviceAccount.name }}
+{{- end }}
+{{- end }}
 {{- define "upgrade-repo.sequencer" -}}
 {{- printf "%s-sequencer" (include "upgrade-repo.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
