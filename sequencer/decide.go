@@ -2,6 +2,9 @@ package sequencer
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -23,10 +26,14 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// Poll is how soon a waiting plan is looked at again.
 	Poll time.Duration
+	// StepStallAfter is how long a node may go without progress while it preloads, is drained,
+	// runs its node step or rejoins, and how long the cluster step may run, before the plan is
+	// marked Degraded with the node and what it waits for. 0 disables it.
+	StepStallAfter time.Duration
 }
 
 // DefaultConfig is the Config the sequencer runs with unless told otherwise.
-var DefaultConfig = Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 10 * time.Second}
+var DefaultConfig = Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 10 * time.Second, StepStallAfter: 30 * time.Minute}
 
 // NodeInfo is what Decide needs to know of a node.
 type NodeInfo struct {
@@ -44,6 +51,9 @@ type JobState struct {
 	Succeeded, Failed bool
 	// Message says why the Job failed.
 	Message string
+	// Started and Completed are when the Job started and, once it succeeded, completed; zero
+	// when unknown.
+	Started, Completed time.Time
 	// Stuck says why a running Job's pod cannot make progress (an image that cannot be pulled, a
 	// container that keeps crashing); empty otherwise.
 	Stuck string
@@ -87,6 +97,18 @@ type Observation struct {
 	PodsToEvict map[string]int
 	// SUC is the progress of system-upgrade-controller's Plans, with that executor.
 	SUC SUCProgress
+	// UpgradeImage is the image the plan's Jobs run: the plan's own or the sequencer's default.
+	UpgradeImage string
+	// ISOSize is the size of the Version's ISO as its origin announces it; 0 when unknown. Only
+	// in Initializing.
+	ISOSize int64
+	// DrainWarnings name, before anything is downloaded, what will make a drain wait or cost
+	// availability (a PodDisruptionBudget allowing no disruption, a workload with one replica).
+	// Only in Initializing.
+	DrainWarnings []string
+	// ControlPlaneNotReady names, for the nodes rejoining after their node step, the
+	// control-plane pods on them that are not Ready.
+	ControlPlaneNotReady map[string][]string
 }
 
 // ActionKind names something the Reconciler does to the cluster. Every action is idempotent.
@@ -176,7 +198,9 @@ func Decide(cfg Config, o Observation) Decision {
 		d.enter(v1beta1.PhaseCleanedUp)
 	case v1beta1.PhaseCleanedUp:
 		d.enter(v1beta1.PhaseSucceeded)
-	case v1beta1.PhaseSucceeded, v1beta1.PhaseFailed:
+	case v1beta1.PhaseFailed:
+		d.retry()
+	case v1beta1.PhaseSucceeded:
 	default:
 		if next, ok := nextAfter(p); ok {
 			d.enter(next)
@@ -264,19 +288,71 @@ func (d *decider) hold(reason, msg string) {
 	d.setCondition(v1beta1.ConditionProgressing, metav1.ConditionTrue, reason, msg)
 }
 
-// fail ends the plan.
+// fail ends the plan. The agents keep the ISO, so that a retry (RetryAnnotation) does not fetch
+// it again; deleting the plan lets them drop it. A node whose step failed stays cordoned: it may
+// be half upgraded, and a retry resumes from it.
 func (d *decider) fail(reason, msg string) {
 	d.st.FailedPhase = d.st.Phase
 	msg = fmt.Sprintf("%s failed: %s", d.st.Phase, msg)
 	d.st.Phase = v1beta1.PhaseFailed
 	d.st.PhaseTransitionTimestamps = append(d.st.PhaseTransitionTimestamps,
 		v1beta1.PhaseTransitionTimestamp{Phase: v1beta1.PhaseFailed, PhaseTransitionTimestamp: d.now})
-	d.releaseAgents()
+	if d.st.Agents != nil {
+		d.st.Agents.PreloadNodes = nil
+		if d.st.FailedPhase == v1beta1.PhaseInitializing {
+			d.st.Agents.Hold = false
+		}
+	}
 	d.setCondition(v1beta1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
 	d.setCondition(v1beta1.ConditionAvailable, metav1.ConditionFalse, reason, msg)
 	d.setCondition(v1beta1.ConditionProgressing, metav1.ConditionFalse, reason, msg)
 	d.out.Events = append(d.out.Events, Event{Warning: true, Reason: reason, Message: msg})
 	d.out.RequeueAfter = 0
+}
+
+// retry resumes a Failed plan when RetryAnnotation holds a value the plan has not acted on yet:
+// from the phase that failed, with the agents holding the ISO again. Jobs are named by attempt
+// (status.retries), so the step that failed runs in a new Job and the failed one stays for its
+// logs until CleaningUp. A node whose step failed is still cordoned and goes back to Cordoned.
+func (d *decider) retry() {
+	v := d.o.Plan.Annotations[v1beta1.RetryAnnotation]
+	if v == "" || v == d.st.ObservedRetry {
+		return
+	}
+	d.st.ObservedRetry = v
+	d.st.Retries++
+	from := d.st.FailedPhase
+	if !isRunningPhase(from) {
+		from = v1beta1.PhaseInitializing
+	}
+	d.st.FailedPhase = ""
+	if d.st.Agents != nil && from != v1beta1.PhaseInitializing {
+		d.st.Agents.Hold = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.st.NodeUpgradeStatuses)) {
+		switch d.st.NodeUpgradeStatuses[name].State {
+		case v1beta1.NodeUpgradeFailed:
+			d.setNode(name, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeCordoned, "Retry", "the node step runs again"
+			})
+		case v1beta1.NodeImagePreloadFailed:
+			d.setNode(name, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeImagePreloadPending, "Retry", ""
+			})
+		}
+	}
+	d.enter(from)
+	d.out.Events = append(d.out.Events, Event{Reason: "Retry", Message: fmt.Sprintf("retry %d (%s=%s): resuming from phase %s", d.st.Retries, v1beta1.RetryAnnotation, v, from)})
+}
+
+// isRunningPhase reports whether p is the running phase of a step.
+func isRunningPhase(p v1beta1.Phase) bool {
+	for _, s := range Steps {
+		if s.Running == p {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *decider) releaseAgents() {
@@ -333,8 +409,32 @@ func (d *decider) judge(in policy.Input) bool {
 }
 
 func (d *decider) initialize() {
+	if d.o.UpgradeImage == "" {
+		d.fail("InvalidPlan", "the plan names no upgrade image (spec.upgrade) and the sequencer has no default (--upgrade-image)")
+		return
+	}
+	if v := d.o.Version; v != nil {
+		if msg := validateVersion(v); msg != "" {
+			d.fail("InvalidVersion", msg)
+			return
+		}
+	}
 	if !d.judge(d.policyInput(false)) {
 		return
+	}
+	warnings, blocking := d.preflight()
+	if len(blocking) > 0 {
+		if !d.o.Plan.Spec.Force {
+			d.wait("PreflightCheckFailed", strings.Join(blocking, "; ")+" (spec.force goes on anyway)", 0, true)
+			return
+		}
+		for _, b := range blocking {
+			warnings = append(warnings, "forced: "+b)
+		}
+	}
+	d.st.Warnings = warnings
+	for _, w := range warnings {
+		d.out.Events = append(d.out.Events, Event{Warning: true, Reason: "PreflightWarning", Message: w})
 	}
 	v := d.o.Version
 	d.st.Version = v.Spec.DeepCopy()
@@ -349,6 +449,86 @@ func (d *decider) initialize() {
 		d.st.NodeUpgradeStatuses[n.Name] = v1beta1.NodeUpgradeStatus{}
 	}
 	d.enter(v1beta1.PhaseInitialized)
+}
+
+// checksumPattern is what a Version's isoChecksum must look like.
+var checksumPattern = regexp.MustCompile(`^(sha512:)?[0-9a-fA-F]{128}$`)
+
+// validateVersion says what is wrong with v, or returns "". The CRD checks the same, but a
+// Version may predate the CRD's rules.
+func validateVersion(v *v1beta1.Version) string {
+	var bad []string
+	if u, err := url.Parse(v.Spec.ISOURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad = append(bad, fmt.Sprintf("isoURL %q is not an http or https URL", redactURL(v.Spec.ISOURL)))
+	}
+	if !checksumPattern.MatchString(v.Spec.ISOChecksum) {
+		bad = append(bad, "isoChecksum must be the ISO's SHA-512 as 128 hex digits, optionally prefixed with sha512:")
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	return "Version " + v.Name + ": " + strings.Join(bad, "; ")
+}
+
+// redactURL drops the user information and the query of a URL, which may hold credentials.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+// preflight runs the checks that need the agents' reports, before anything is downloaded:
+// free space in every node's cache for the ISO (blocking) and for the images besides
+// (warning), and what will make a drain wait (warnings).
+func (d *decider) preflight() (warnings, blocking []string) {
+	want := d.o.Version.Spec.ISOChecksum
+	size := d.o.ISOSize
+	if size <= 0 {
+		warnings = append(warnings, "the ISO's size is unknown (its origin did not announce it): free space was not checked")
+	}
+	for _, n := range orderedNames(d.o.Nodes) {
+		rn := d.o.RepoNodes[n]
+		switch {
+		case rn == nil:
+			warnings = append(warnings, fmt.Sprintf("node %s: no report from its agent yet, its free space was not checked", n))
+			continue
+		case rn.Cache.TotalBytes <= 0 || size <= 0:
+			continue
+		}
+		var need int64
+		if rn.ISO.Checksum != want || rn.ISO.State != v1beta1.ISOReady {
+			need = size
+		}
+		where := rn.Cache.Path
+		if where == "" {
+			where = "the node cache"
+		}
+		switch {
+		case rn.Cache.FreeBytes < need:
+			blocking = append(blocking, fmt.Sprintf("node %s: %s free in %s, the ISO needs %s", n, byteSize(rn.Cache.FreeBytes), where, byteSize(need)))
+		case rn.Cache.FreeBytes < need+size:
+			warnings = append(warnings, fmt.Sprintf("node %s: %s free in %s: room for the ISO (%s) but perhaps not for the release's images besides", n,
+				byteSize(rn.Cache.FreeBytes), where, byteSize(size)))
+		}
+	}
+	return append(warnings, d.o.DrainWarnings...), blocking
+}
+
+// byteSize prints n bytes for humans.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // report returns node's agent report when it is about the plan's ISO, and why not otherwise.
@@ -366,13 +546,46 @@ func (d *decider) report(node string) (*v1beta1.RepoNodeStatus, string, bool) {
 	return rn, "", true
 }
 
+// setNode changes node's status with f and stamps LastProgressTime when the node moved: a new
+// state, reason or message, or more bytes or images done.
 func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 	if d.st.NodeUpgradeStatuses == nil {
 		d.st.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
 	}
-	ns := d.st.NodeUpgradeStatuses[name]
+	old := d.st.NodeUpgradeStatuses[name]
+	ns := *old.DeepCopy()
 	f(&ns)
+	if ns.LastProgressTime == nil || ns.State != old.State || ns.Reason != old.Reason || ns.Message != old.Message ||
+		ns.BytesDone != old.BytesDone || ns.ImagesDone != old.ImagesDone {
+		now := d.now
+		ns.LastProgressTime = &now
+	}
 	d.st.NodeUpgradeStatuses[name] = ns
+}
+
+// stalledNodes names the nodes among names that have not moved for StepStallAfter, with what
+// they wait for.
+func (d *decider) stalledNodes(names []string) []string {
+	if d.cfg.StepStallAfter <= 0 {
+		return nil
+	}
+	var out []string
+	for _, n := range names {
+		s := d.st.NodeUpgradeStatuses[n]
+		if s.LastProgressTime == nil || d.now.Sub(s.LastProgressTime.Time) < d.cfg.StepStallAfter {
+			continue
+		}
+		what := string(s.State)
+		if s.Reason != "" {
+			what += " (" + s.Reason + ")"
+		}
+		if s.Message != "" {
+			what += ": " + s.Message
+		}
+		out = append(out, fmt.Sprintf("node %s: %s, no progress since %s (more than %s)", n, what,
+			s.LastProgressTime.UTC().Format(time.RFC3339), d.cfg.StepStallAfter))
+	}
+	return out
 }
 
 func (d *decider) isoDownloading() {
@@ -474,7 +687,7 @@ func (d *decider) imagePreloading() {
 	for _, n := range d.st.Agents.PreloadNodes {
 		allowed[n] = true
 	}
-	var pending []string
+	var pending, preloading []string
 	active, done := 0, 0
 	var stalled, silent []string
 	for _, n := range orderedNames(d.o.Nodes) {
@@ -493,6 +706,7 @@ func (d *decider) imagePreloading() {
 		case allowed[n]:
 			state = v1beta1.NodeImagePreloading
 			active++
+			preloading = append(preloading, n)
 			switch {
 			case !ok && rn != nil:
 				stalled = append(stalled, n+": "+why)
@@ -532,6 +746,10 @@ func (d *decider) imagePreloading() {
 		d.wait("AgentNotReporting", strings.Join(silent, "; "), d.cfg.StallAfter, false)
 		return
 	}
+	if st := d.stalledNodes(preloading); len(st) > 0 {
+		d.wait("NodeStalled", strings.Join(st, "; "), 0, true)
+		return
+	}
 	d.wait("ImagePreloading", fmt.Sprintf("%d of %d nodes preloaded", done, len(d.o.Nodes)), 0, false)
 }
 
@@ -548,7 +766,7 @@ func (d *decider) clusterUpgrading() {
 	case j.Stuck != "":
 		d.wait("ClusterJobStuck", j.Stuck, 0, true)
 	default:
-		d.wait("ClusterJobRunning", "waiting for the cluster Job", 0, false)
+		d.wait("ClusterJobRunning", "waiting for the cluster Job", d.cfg.StepStallAfter, false)
 	}
 }
 
@@ -572,7 +790,10 @@ func (d *decider) nodeUpgrading() {
 		}
 	}
 	state := func(n string) v1beta1.NodeState { return d.st.NodeUpgradeStatuses[n].State }
-	active := func(n string) bool { s := state(n); return s == v1beta1.NodeCordoned || s == v1beta1.NodeUpgrading }
+	active := func(n string) bool {
+		s := state(n)
+		return s == v1beta1.NodeCordoned || s == v1beta1.NodeUpgrading || s == v1beta1.NodeRejoining
+	}
 	act := func(k ActionKind, n string) { d.out.Actions = append(d.out.Actions, Action{Kind: k, Node: n}) }
 	var working, stuck []string
 
@@ -611,16 +832,33 @@ func (d *decider) nodeUpgrading() {
 				d.fail("NodeUpgradeFailed", fmt.Sprintf("node %s: %s", n, job.Message))
 				return
 			case job.Succeeded:
+				// The step is done (across a reboot, if it rebooted the node): let the node
+				// take pods again, and wait for it to be whole before the next one starts.
 				act(ActionUncordon, n)
 				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
-					s.State, s.Reason, s.Message = v1beta1.NodeUpgraded, "", ""
+					s.State, s.Reason, s.Message = v1beta1.NodeRejoining, "", "the node step succeeded"
 				})
+				working = append(working, n)
 			case job.Stuck != "":
 				stuck = append(stuck, n+": "+job.Stuck)
 				working = append(working, n)
 			default:
 				working = append(working, n)
 			}
+		case v1beta1.NodeRejoining:
+			if ni.Unschedulable {
+				act(ActionUncordon, n)
+			}
+			if waits := d.rejoinWaits(ni, job); len(waits) > 0 {
+				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+					s.Reason, s.Message = "WaitingForNode", "waiting for "+strings.Join(waits, ", ")
+				})
+				working = append(working, n)
+				continue
+			}
+			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeUpgraded, "", ""
+			})
 		case v1beta1.NodeUpgraded:
 			if ni.Unschedulable {
 				act(ActionUncordon, n)
@@ -691,16 +929,45 @@ func (d *decider) nodeUpgrading() {
 			upgraded++
 		}
 	}
+	stalled := d.stalledNodes(working)
 	switch {
 	case upgraded == len(d.o.Nodes):
 		d.enter(v1beta1.PhaseNodeUpgraded)
 	case len(stuck) > 0:
 		d.wait("NodeJobStuck", strings.Join(stuck, "; "), 0, true)
+	case len(stalled) > 0:
+		d.wait("NodeStalled", strings.Join(stalled, "; "), 0, true)
 	case len(working) == 0 && len(held) > 0:
 		d.hold("NodesHeld", "waiting for held nodes: "+strings.Join(held, ", "))
 	default:
 		d.wait("NodeUpgrading", fmt.Sprintf("%d of %d nodes upgraded; in progress: %s", upgraded, len(d.o.Nodes), strings.Join(working, ", ")), 0, false)
 	}
+}
+
+// rejoinWaits lists what a node whose step succeeded still waits for before the next node may
+// start: Ready, schedulable, its agent reporting since the step ended with its repo Ready, and
+// its control-plane pods Ready.
+func (d *decider) rejoinWaits(n NodeInfo, job JobState) []string {
+	var waits []string
+	if !n.Ready {
+		waits = append(waits, "the node to be Ready")
+	}
+	if n.Unschedulable {
+		waits = append(waits, "the node to be uncordoned")
+	}
+	rn, why, ok := d.report(n.Name)
+	switch {
+	case !ok:
+		waits = append(waits, "its agent ("+why+")")
+	case !job.Completed.IsZero() && rn.HeartbeatTime.Time.Before(job.Completed.Truncate(time.Second)):
+		waits = append(waits, "its agent to report after the node step")
+	case !rn.Repo.Ready:
+		waits = append(waits, "its agent to serve the ISO again")
+	}
+	if pods := d.o.ControlPlaneNotReady[n.Name]; len(pods) > 0 {
+		waits = append(waits, "control-plane pods "+strings.Join(pods, ", ")+" to be Ready")
+	}
+	return waits
 }
 
 // sucUpgrading leaves the nodes to system-upgrade-controller and follows its Plans.

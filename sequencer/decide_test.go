@@ -16,6 +16,9 @@ import (
 
 var decideNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// decideNowMeta is decideNow as the status records it.
+var decideNowMeta = metav1.NewTime(decideNow)
+
 var decideCfg = sequencer.Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 5 * time.Second}
 
 // obs builds an observation of a 2+2 node cluster with plan in phase, entered a minute ago.
@@ -36,8 +39,9 @@ func obs(phase v1beta1.Phase, mut ...func(*sequencer.Observation)) sequencer.Obs
 			{Name: "cp-1", ControlPlane: true, Ready: true}, {Name: "cp-2", ControlPlane: true, Ready: true},
 			{Name: "w-1", Ready: true}, {Name: "w-2", Ready: true},
 		},
-		RepoNodes: map[string]*v1beta1.RepoNodeStatus{},
-		NodeJobs:  map[string]sequencer.JobState{},
+		RepoNodes:    map[string]*v1beta1.RepoNodeStatus{},
+		NodeJobs:     map[string]sequencer.JobState{},
+		UpgradeImage: "upgrade:v1.6.0",
 	}
 	for _, n := range o.Nodes {
 		o.RepoNodes[n.Name] = &v1beta1.RepoNodeStatus{
@@ -199,7 +203,7 @@ func TestDecide(t *testing.T) {
 			}),
 			want: want{phase: v1beta1.PhaseImagePreloading, check: func(t *testing.T, d sequencer.Decision) {
 				require.Equal(t, []string{"cp-1", "cp-2", "w-1"}, d.Status.Agents.PreloadNodes)
-				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeImagePreloading, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9}, d.Status.NodeUpgradeStatuses["cp-2"])
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeImagePreloading, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9, LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["cp-2"])
 				require.Equal(t, v1beta1.NodeImagePreloaded, d.Status.NodeUpgradeStatuses["cp-1"].State)
 			}},
 		},
@@ -301,12 +305,23 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{
-			name: "node job done: uncordon and start the next control-plane node", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+			name: "node job done: uncordon, and the next node waits for it to rejoin", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
 				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgrading})
 				o.Nodes[0].Unschedulable = true
 				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Succeeded: true}
 			}),
-			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionUncordon, Node: "cp-1"}, {Kind: sequencer.ActionCordon, Node: "cp-2"}}},
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionUncordon, Node: "cp-1"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, v1beta1.NodeRejoining, d.Status.NodeUpgradeStatuses["cp-1"].State)
+			}},
+		},
+		{
+			name: "a rejoined node lets the next control-plane node start", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeRejoining})
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Succeeded: true, Completed: decideNow.Add(-time.Minute)}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionCordon, Node: "cp-2"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, v1beta1.NodeUpgraded, d.Status.NodeUpgradeStatuses["cp-1"].State)
+			}},
 		},
 		{
 			name: "workers go with the concurrency once the control plane is done", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
@@ -321,7 +336,7 @@ func TestDecide(t *testing.T) {
 				o.Plan.Spec.NodeUpgradeOption.PauseNodes = []string{"w-2"}
 			}),
 			want: want{phase: v1beta1.PhaseNodeUpgrading, progressing: "NodesHeld", check: func(t *testing.T, d sequencer.Decision) {
-				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePaused, Reason: "NodePaused", Message: "listed in nodeUpgradeOption.pauseNodes"}, d.Status.NodeUpgradeStatuses["w-2"])
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePaused, Reason: "NodePaused", Message: "listed in nodeUpgradeOption.pauseNodes", LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["w-2"])
 			}},
 		},
 		{

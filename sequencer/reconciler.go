@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,6 +49,8 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;deletecollection
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=upgrade.cattle.io,resources=plans,verbs=get;list;watch;create;update;patch;delete
 
@@ -57,7 +62,14 @@ const (
 	LabelComponent = "management.harvesterhci.io/upgrade-component"
 	// LabelNode names the node of a node Job.
 	LabelNode = "management.harvesterhci.io/node"
+	// LabelAttempt is the plan's status.retries when a Job was created: a retried plan runs its
+	// step in a new Job and leaves the failed one for its logs.
+	LabelAttempt = "management.harvesterhci.io/attempt"
 )
+
+// DefaultJobTimeout is how long a Job of the upgrade image may run before it is stopped and
+// fails, unless WithJobTimeout says otherwise.
+const DefaultJobTimeout = 4 * time.Hour
 
 // podNodeIndex is the field index of pods by node name.
 const podNodeIndex = "spec.nodeName"
@@ -81,6 +93,10 @@ type Reconciler struct {
 	http         *http.Client
 	cfg          Config
 	now          func() time.Time
+	keepPods     labels.Selector
+	localService string
+	jobAccount   string
+	jobTimeout   time.Duration
 }
 
 // Option configures a Reconciler.
@@ -111,6 +127,23 @@ func WithConfig(cfg Config) Option { return func(r *Reconciler) { r.cfg = cfg } 
 // WithClock sets the clock; time.Now by default.
 func WithClock(now func() time.Time) Option { return func(r *Reconciler) { r.now = now } }
 
+// WithKeepPods makes drains leave the pods of the sequencer's namespace that sel matches: the
+// sequencer's own replicas, so that draining the node it runs on never strands the upgrade. The
+// pods of the plan's own Jobs are always left.
+func WithKeepPods(sel labels.Selector) Option { return func(r *Reconciler) { r.keepPods = sel } }
+
+// WithLocalService names a Service of the agents with internalTrafficPolicy Local, in the
+// sequencer's namespace: node Jobs reach their own node's agent through its cluster IP, so the
+// node step needs neither cluster DNS nor another node.
+func WithLocalService(name string) Option { return func(r *Reconciler) { r.localService = name } }
+
+// WithJobServiceAccount sets the ServiceAccount the upgrade image's Jobs run as.
+func WithJobServiceAccount(name string) Option { return func(r *Reconciler) { r.jobAccount = name } }
+
+// WithJobTimeout sets how long a Job may run before it is stopped and fails
+// (activeDeadlineSeconds); 0 sets no deadline. DefaultJobTimeout by default.
+func WithJobTimeout(d time.Duration) Option { return func(r *Reconciler) { r.jobTimeout = d } }
+
 // WithEventRecorder sets where events go; nowhere by default.
 func WithEventRecorder(e EventRecorder) Option { return func(r *Reconciler) { r.events = e } }
 
@@ -123,6 +156,7 @@ func NewReconciler(c client.Client, log *slog.Logger, opts ...Option) (*Reconcil
 	r := &Reconciler{
 		c: c, log: log, namespace: "upgrade-repo", service: "upgrade-repo", sucNamespace: "cattle-system",
 		http: &http.Client{Timeout: 30 * time.Second}, cfg: DefaultConfig, now: time.Now,
+		keepPods: labels.Nothing(), jobTimeout: DefaultJobTimeout,
 	}
 	for _, o := range opts {
 		o(r)
@@ -262,7 +296,7 @@ func (r *Reconciler) degrade(ctx context.Context, plan *v1beta1.UpgradePlan, rea
 // observe reads what Decide needs. It reads the release metadata only in MetadataPopulating and
 // the pods of a node only while that node is being drained.
 func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
-	o := Observation{Now: r.now(), Plan: plan}
+	o := Observation{Now: r.now(), Plan: plan, UpgradeImage: r.upgradeImage(plan)}
 	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
 	if err != nil {
 		return o, err
@@ -281,6 +315,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		o.RepoNodes[rns.Items[i].Name] = &rns.Items[i].Status
 	}
 	switch plan.Status.Phase {
+	case v1beta1.PhaseInitializing:
+		if o.Version != nil {
+			o.ISOSize = r.isoSize(ctx, o.Version.Spec.ISOURL)
+		}
+		if o.DrainWarnings, err = r.drainWarnings(ctx); err != nil {
+			return o, err
+		}
 	case v1beta1.PhaseRepoCreating:
 		var slices discoveryv1.EndpointSliceList
 		if err := r.c.List(ctx, &slices, client.InNamespace(r.namespace),
@@ -304,6 +345,9 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	o.NodeJobs = map[string]JobState{}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
+		if attempt(j.Labels) != plan.Status.Retries {
+			continue
+		}
 		st := jobState(j)
 		if !st.Succeeded && !st.Failed {
 			if st.Stuck, err = r.stuck(ctx, j); err != nil {
@@ -327,7 +371,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			o.SUC = SUCProgress{Exists: len(list.Items) > 0, Upgraded: suc.Upgraded(plan.Name, list.Items, f.Nodes)}
 		}
 		o.PodsToEvict = map[string]int{}
+		o.ControlPlaneNotReady = map[string][]string{}
 		for name, ns := range plan.Status.NodeUpgradeStatuses {
+			if ns.State == v1beta1.NodeRejoining {
+				if o.ControlPlaneNotReady[name], err = r.controlPlaneNotReady(ctx, name); err != nil {
+					return o, err
+				}
+			}
 			if ns.State != v1beta1.NodeCordoned {
 				continue
 			}
@@ -341,8 +391,171 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	return o, nil
 }
 
+// attempt reads LabelAttempt; 0 when absent.
+func attempt(l map[string]string) int {
+	n, err := strconv.Atoi(l[LabelAttempt])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// isoSize asks the ISO's origin for its size with a HEAD request; 0 when it does not say.
+func (r *Reconciler) isoSize(ctx context.Context, isoURL string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, isoURL, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		r.log.Debug("the ISO's size is unknown", "url", redactURL(isoURL), "err", redactErr(err, isoURL))
+		return 0
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ContentLength <= 0 {
+		return 0
+	}
+	return resp.ContentLength
+}
+
+// redactErr prints err with every copy of rawURL in it redacted.
+func redactErr(err error, rawURL string) string {
+	return strings.ReplaceAll(err.Error(), rawURL, redactURL(rawURL))
+}
+
+// kept reports whether a drain must leave p: the pods of the plan's own Jobs and, in the
+// sequencer's namespace, the pods the keep selector matches.
+func (r *Reconciler) kept(p *corev1.Pod) bool {
+	if p.Namespace != r.namespace {
+		return false
+	}
+	if _, ok := p.Labels[LabelPlan]; ok {
+		return true
+	}
+	return r.keepPods.Matches(labels.Set(p.Labels))
+}
+
+// maxWarnings bounds the drain warnings of one kind, so that a large cluster's status stays small.
+const maxWarnings = 10
+
+// drainWarnings names, before the plan starts, what will make a drain wait or cost
+// availability: PodDisruptionBudgets that allow no disruption now, workloads with a single
+// running replica, and pods no controller will recreate.
+func (r *Reconciler) drainWarnings(ctx context.Context) ([]string, error) {
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := r.c.List(ctx, &pdbs); err != nil {
+		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
+	}
+	type workload struct{ kind, ns, name string }
+	replicas := map[workload][]string{}
+	var bare, blocked, single []string
+	var live []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !drainable(p) || r.kept(p) {
+			continue
+		}
+		live = append(live, p)
+		owner := metav1.GetControllerOf(p)
+		if owner == nil {
+			bare = append(bare, fmt.Sprintf("pod %s/%s on node %s has no controller: the drain deletes it for good", p.Namespace, p.Name, p.Spec.NodeName))
+			continue
+		}
+		w := workload{owner.Kind, p.Namespace, owner.Name}
+		replicas[w] = append(replicas[w], p.Spec.NodeName)
+	}
+	for _, b := range pdbs.Items {
+		if b.Status.DisruptionsAllowed > 0 || b.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		var nodes []string
+		for _, p := range live {
+			if p.Namespace == b.Namespace && sel.Matches(labels.Set(p.Labels)) {
+				nodes = append(nodes, p.Spec.NodeName)
+			}
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		slices.Sort(nodes)
+		blocked = append(blocked, fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption: the drain of node %s will wait until it does",
+			b.Namespace, b.Name, strings.Join(slices.Compact(nodes), ", ")))
+	}
+	for w, nodes := range replicas {
+		if len(nodes) == 1 {
+			single = append(single, fmt.Sprintf("%s %s/%s has one replica, on node %s: it is down while that node is drained", w.kind, w.ns, w.name, nodes[0]))
+		}
+	}
+	var out []string
+	for _, list := range [][]string{blocked, single, bare} {
+		slices.Sort(list)
+		if len(list) > maxWarnings {
+			list = append(list[:maxWarnings:maxWarnings], fmt.Sprintf("and %d more like these", len(list)-maxWarnings))
+		}
+		out = append(out, list...)
+	}
+	return out, nil
+}
+
+// controlPlaneNotReady names the control-plane pods (static pods labelled tier=control-plane)
+// on node that are not Ready.
+func (r *Reconciler) controlPlaneNotReady(ctx context.Context, node string) ([]string, error) {
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}, client.MatchingLabels{"tier": "control-plane"}); err != nil {
+		return nil, fmt.Errorf("list control-plane pods of node %s: %w", node, err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if !podReady(&p) {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// drainable reports whether a drain evicts p, whoever it belongs to: not a mirror pod, not a
+// DaemonSet's, not finished.
+func drainable(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	if owner := metav1.GetControllerOf(p); owner != nil && owner.Kind == "DaemonSet" {
+		return false
+	}
+	return true
+}
+
 func jobState(j *batchv1.Job) JobState {
 	st := JobState{Exists: true}
+	if t := j.Status.StartTime; t != nil {
+		st.Started = t.Time
+	}
+	if t := j.Status.CompletionTime; t != nil {
+		st.Completed = t.Time
+	}
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -380,25 +593,18 @@ func (r *Reconciler) stuck(ctx context.Context, j *batchv1.Job) (string, error) 
 	return "", nil
 }
 
-// evictable lists the pods of node a drain must evict: every pod but mirror pods, DaemonSet pods
-// and pods that have finished.
+// evictable lists the pods of node a drain must evict: every pod but mirror pods, DaemonSet pods,
+// pods that have finished, the pods of the plan's Jobs and the sequencer's own pods (kept).
 func (r *Reconciler) evictable(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := r.c.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}); err != nil {
 		return nil, fmt.Errorf("list pods of node %s: %w", node, err)
 	}
 	var out []corev1.Pod
-	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
+	for i := range pods.Items {
+		if p := &pods.Items[i]; drainable(p) && !r.kept(p) {
+			out = append(out, *p)
 		}
-		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-			continue
-		}
-		if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
-			continue
-		}
-		out = append(out, p)
 	}
 	return out, nil
 }
@@ -434,16 +640,40 @@ func (r *Reconciler) upgradeImage(plan *v1beta1.UpgradePlan) string {
 	return r.image
 }
 
-// jobName names a plan's Job, within the 63 characters a label value may have.
-func jobName(plan, node string) string {
+// jobName names a plan's Job for an attempt, within the 63 characters a label value may have.
+func jobName(plan, node string, attempt int) string {
 	name := plan + "-cluster"
 	if node != "" {
 		name = plan + "-node-" + node
+	}
+	if attempt > 0 {
+		name += "-retry" + strconv.Itoa(attempt)
 	}
 	if len(name) > 63 {
 		name = strings.TrimRight(name[:54], "-.") + "-" + shortHash(name)
 	}
 	return name
+}
+
+// nodeRepoURL is the base URL a node Job reaches its own node's agent at without cluster DNS:
+// the cluster IP of the local Service when there is one, else the agent's own URL from its
+// RepoNode, else the repo Service's URL.
+func (r *Reconciler) nodeRepoURL(ctx context.Context, node string) (string, error) {
+	if r.localService != "" {
+		var svc corev1.Service
+		err := r.c.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: r.localService}, &svc)
+		switch {
+		case err == nil && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone && len(svc.Spec.Ports) > 0:
+			return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))), nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("get service %s/%s: %w", r.namespace, r.localService, err)
+		}
+	}
+	var rn v1beta1.RepoNode
+	if err := r.c.Get(ctx, client.ObjectKey{Name: node}, &rn); err == nil && rn.Status.Repo.URL != "" {
+		return rn.Status.Repo.URL, nil
+	}
+	return r.repoURL, nil
 }
 
 func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, node string) error {
@@ -452,16 +682,24 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 		return errors.New("no upgrade image: set spec.upgrade or the sequencer's default")
 	}
 	component := "cluster"
+	repoURL := r.repoURL
 	if node != "" {
 		component = "node"
+		var err error
+		if repoURL, err = r.nodeRepoURL(ctx, node); err != nil {
+			return err
+		}
 	}
-	labels := map[string]string{LabelPlan: plan.Name, LabelComponent: component}
+	labels := map[string]string{LabelPlan: plan.Name, LabelComponent: component, LabelAttempt: strconv.Itoa(plan.Status.Retries)}
 	env := []corev1.EnvVar{
-		{Name: "UPGRADE_REPO_URL", Value: r.repoURL},
+		{Name: "UPGRADE_REPO_URL", Value: repoURL},
+		{Name: "UPGRADE_REPO_SERVICE_URL", Value: r.repoURL},
 		{Name: "UPGRADE_VERSION", Value: plan.Spec.Version},
 		{Name: "UPGRADE_PREVIOUS_VERSION", Value: plan.Status.PreviousVersion},
 		{Name: "UPGRADE_STEP", Value: component},
 		{Name: "UPGRADE_PLAN", Value: plan.Name},
+		{Name: "UPGRADE_ATTEMPT", Value: strconv.Itoa(plan.Status.Retries)},
+		{Name: "HARVESTER_UPGRADE_NAME", Value: plan.Name},
 	}
 	if m := plan.Status.ReleaseMetadata; m != nil {
 		env = append(env,
@@ -475,14 +713,18 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 			corev1.EnvVar{Name: "UPGRADE_RELEASE_KUBEVIRT", Value: m.Kubevirt},
 		)
 	}
-	backoff := int32(2)
+	// A node step that reboots its node loses its pod to the reboot and runs again in a new
+	// one, which must find its work done (the step's contract): room for that and for one
+	// genuine retry.
+	backoff := int32(3)
 	spec := corev1.PodSpec{
-		RestartPolicy: corev1.RestartPolicyNever,
-		Containers:    []corev1.Container{{Name: "upgrade", Image: image, Env: env}},
+		RestartPolicy:      corev1.RestartPolicyNever,
+		ServiceAccountName: r.jobAccount,
+		Containers:         []corev1.Container{{Name: "upgrade", Image: image, Env: env}},
 	}
 	if node != "" {
 		labels[LabelNode] = node
-		env = append(env, corev1.EnvVar{Name: "UPGRADE_NODE_NAME", Value: node})
+		env = append(env, corev1.EnvVar{Name: "UPGRADE_NODE_NAME", Value: node}, corev1.EnvVar{Name: "HARVESTER_UPGRADE_NODE_NAME", Value: node})
 		privileged := true
 		spec.Containers[0].Env = env
 		spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
@@ -498,11 +740,15 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 		spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: jobName(plan.Name, node), Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: jobName(plan.Name, node, plan.Status.Retries), Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: &backoff,
 			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
+	}
+	if r.jobTimeout > 0 {
+		secs := int64(r.jobTimeout / time.Second)
+		job.Spec.ActiveDeadlineSeconds = &secs
 	}
 	if err := controllerutil.SetControllerReference(plan, job, r.c.Scheme()); err != nil {
 		return fmt.Errorf("own job %s: %w", job.Name, err)

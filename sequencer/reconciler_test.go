@@ -38,7 +38,7 @@ import (
 
 const (
 	testNS       = "upgrade-repo"
-	testChecksum = "c0ffee"
+	testChecksum = "sha512:c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00"
 	testImage    = "registry.local/harvester-upgrade:v1.6.0"
 )
 
@@ -102,6 +102,8 @@ type cluster struct {
 	// blockEviction makes evictions of this pod fail with 429 as a PodDisruptionBudget would.
 	blockEviction string
 	objects       []client.Object
+	// opts are added to every Reconciler the test builds.
+	opts []sequencer.Option
 }
 
 func newCluster(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Object) *cluster {
@@ -164,7 +166,7 @@ func (k *cluster) reconcile(name string, opts ...sequencer.Option) reconcile.Res
 		sequencer.WithClock(func() time.Time { return now }), sequencer.WithEventRecorder(k.recorder),
 		sequencer.WithConfig(sequencer.Config{StallAfter: time.Hour, HeartbeatTimeout: time.Hour, Poll: time.Second}),
 	}
-	r, err := sequencer.NewReconciler(k.c, slog.New(slog.NewTextHandler(k.t.Output(), nil)), append(base, opts...)...)
+	r, err := sequencer.NewReconciler(k.c, slog.New(slog.NewTextHandler(k.t.Output(), nil)), append(append(base, k.opts...), opts...)...)
 	require.NoError(k.t, err)
 	res, err := r.Reconcile(k.t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 	if err != nil {
@@ -407,7 +409,14 @@ func TestReconcileFullRunWithRestarts(t *testing.T) {
 
 func TestReconcileJobsCarryTheirEnvironment(t *testing.T) {
 	t.Parallel()
-	k := newCluster(t, newPlan("up", nil))
+	k := newCluster(t, newPlan("up", nil), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "upgrade-repo-local"},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.42", Ports: []corev1.ServicePort{{Port: 80}}},
+	})
+	k.opts = []sequencer.Option{
+		sequencer.WithLocalService("upgrade-repo-local"), sequencer.WithJobServiceAccount("upgrade-repo-upgrade"),
+		sequencer.WithJobTimeout(time.Hour),
+	}
 	var clusterJob, nodeJob *batchv1.Job
 	k.run("up", 300, "", 2, 2, func(p *v1beta1.UpgradePlan) {
 		var jobs batchv1.JobList
@@ -437,9 +446,15 @@ func TestReconcileJobsCarryTheirEnvironment(t *testing.T) {
 	require.Equal(t, "v1.33.3+rke2r1", ce["UPGRADE_RELEASE_KUBERNETES"])
 	require.Equal(t, testImage, clusterJob.Spec.Template.Spec.Containers[0].Image)
 	require.Equal(t, "up", clusterJob.OwnerReferences[0].Name)
+	require.Equal(t, "up", ce["HARVESTER_UPGRADE_NAME"])
+	require.Equal(t, "upgrade-repo-upgrade", clusterJob.Spec.Template.Spec.ServiceAccountName)
+	require.Equal(t, int64(3600), *clusterJob.Spec.ActiveDeadlineSeconds)
 	ne := env(nodeJob)
 	require.Equal(t, "w-2", ne["UPGRADE_NODE_NAME"])
-	require.Equal(t, k.repoURL, ne["UPGRADE_REPO_URL"])
+	require.Equal(t, "w-2", ne["HARVESTER_UPGRADE_NODE_NAME"])
+	// The node's own agent, by the local Service's cluster IP: no DNS, no other node.
+	require.Equal(t, "http://10.96.0.42:80", ne["UPGRADE_REPO_URL"])
+	require.Equal(t, k.repoURL, ne["UPGRADE_REPO_SERVICE_URL"])
 	terms := nodeJob.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	require.Equal(t, []string{"w-2"}, terms[0].MatchFields[0].Values)
 }
@@ -453,7 +468,7 @@ func TestReconcileClusterJobFails(t *testing.T) {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionDegraded)
 	require.Equal(t, "ClusterJobFailed", c.Reason)
 	require.Contains(t, c.Message, "ClusterUpgrading failed: job upgrade-repo/up-cluster failed")
-	require.False(t, p.Status.Agents.Hold)
+	require.True(t, p.Status.Agents.Hold, "a failed plan keeps the ISO on the nodes for a retry")
 }
 
 func TestReconcileDrainBlockedByPDB(t *testing.T) {

@@ -88,6 +88,19 @@ type RepoNodePreload struct {
 	BytesTotal int64 `json:"bytesTotal,omitempty"`
 }
 
+// RepoNodeCache is the node cache the agent keeps ISOs in.
+type RepoNodeCache struct {
+	// Path is the cache directory as the agent sees it.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// FreeBytes is the space left for the agent in the cache directory's file system.
+	// +optional
+	FreeBytes int64 `json:"freeBytes,omitempty"`
+	// TotalBytes is the size of that file system.
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+}
+
 // RepoNodeStatus is a node agent's report. The agent of the node is its only writer.
 type RepoNodeStatus struct {
 	// ISO is the node's copy of the ISO.
@@ -99,6 +112,9 @@ type RepoNodeStatus struct {
 	// Preload is the node's image preload of the ISO named by ISO.Checksum.
 	// +optional
 	Preload RepoNodePreload `json:"preload,omitempty"`
+	// Cache is the node cache's file system, for the pre-flight space check.
+	// +optional
+	Cache RepoNodeCache `json:"cache,omitempty"`
 	// HeartbeatTime is when the agent last wrote the report.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`

@@ -21,6 +21,11 @@ const (
 // node be upgraded. The sequencer only reads it.
 const ApproveAnnotation = "management.harvesterhci.io/approve"
 
+// RetryAnnotation is set by the user on a Failed UpgradePlan to resume it from where it failed:
+// each new value (a timestamp, a counter) asks for one more attempt. The sequencer records the
+// value it acted on in status.observedRetry.
+const RetryAnnotation = "management.harvesterhci.io/retry"
+
 // ApproveCluster is the ApproveAnnotation item that lets ClusterUpgrading start.
 const ApproveCluster = "cluster"
 
@@ -147,8 +152,11 @@ const (
 	NodeUpgradePaused       NodeState = "UpgradePaused"
 	NodeCordoned            NodeState = "Cordoned"
 	NodeUpgrading           NodeState = "Upgrading"
-	NodeUpgraded            NodeState = "Upgraded"
-	NodeUpgradeFailed       NodeState = "UpgradeFailed"
+	// NodeRejoining: the node step succeeded and the node was uncordoned; the next node waits
+	// until this one is Ready, its agent reports again and its control-plane pods are Ready.
+	NodeRejoining     NodeState = "Rejoining"
+	NodeUpgraded      NodeState = "Upgraded"
+	NodeUpgradeFailed NodeState = "UpgradeFailed"
 )
 
 // NodeUpgradeStatus is one node's state within a plan, aggregated by the sequencer from the node's
@@ -175,6 +183,11 @@ type NodeUpgradeStatus struct {
 	// BytesTotal is how many archive bytes there are to preload.
 	// +optional
 	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// LastProgressTime is when the node last moved: a new state or reason, or more bytes or
+	// images done. A node that has not moved for the sequencer's node stall time makes the
+	// plan Degraded.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 }
 
 // ReleaseMetadata is the release metadata of the target, read through the repo Service.
@@ -252,6 +265,17 @@ type UpgradePlanStatus struct {
 	// Agents is what the node agents are asked to do.
 	// +optional
 	Agents *AgentInstructions `json:"agents,omitempty"`
+	// Warnings are the findings of the pre-flight checks that do not stop the plan (a drain
+	// that will wait on a PodDisruptionBudget, a workload with one replica, little free space)
+	// and the skippable checks that Force let through.
+	// +optional
+	Warnings []string `json:"warnings,omitempty"`
+	// ObservedRetry is the value of RetryAnnotation the sequencer last acted on.
+	// +optional
+	ObservedRetry string `json:"observedRetry,omitempty"`
+	// Retries counts the times the plan was resumed after it failed.
+	// +optional
+	Retries int `json:"retries,omitempty"`
 	// ObservedGeneration is the generation of the spec the status was last computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -8,10 +8,12 @@ import (
 type VersionSpec struct {
 	// ISOURL is where the release ISO can be downloaded from (http or https).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
 	ISOURL string `json:"isoURL"`
-	// ISOChecksum is the lower-case hex SHA-512 of the ISO. Agents verify every copy against it.
-	// +optional
-	ISOChecksum string `json:"isoChecksum,omitempty"`
+	// ISOChecksum is the SHA-512 of the ISO as 128 hex digits, optionally prefixed with
+	// "sha512:". Agents verify every copy against it before they serve it, so it is required.
+	// +kubebuilder:validation:Pattern=`^(sha512:)?[0-9a-fA-F]{128}$`
+	ISOChecksum string `json:"isoChecksum"`
 	// ReleaseDate is the date the release was published, as its authors wrote it.
 	// +optional
 	ReleaseDate string `json:"releaseDate,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -631,6 +632,7 @@ func (n *agentNode) reportLoop(ctx context.Context, url string) {
 	for {
 		st := n.board.repoNode(url)
 		st.ISO.Checksum = n.asPlanWrites(st.ISO.Checksum)
+		st.Cache = cacheUsage(n.c.cacheDir)
 		if !sameState(st, last) || time.Since(lastAt) >= n.c.reportInterval {
 			if err := w.Write(ctx, st); err != nil {
 				if ctx.Err() != nil {
@@ -650,6 +652,20 @@ func (n *agentNode) reportLoop(ctx context.Context, url string) {
 		case <-time.After(look):
 		}
 	}
+}
+
+// cacheUsage reports the free and total space of dir's file system, for the sequencer's
+// pre-flight check; zero when dir is empty or cannot be read.
+func cacheUsage(dir string) v1beta1.RepoNodeCache {
+	if dir == "" {
+		return v1beta1.RepoNodeCache{}
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return v1beta1.RepoNodeCache{Path: dir}
+	}
+	bs := int64(fs.Bsize) //nolint:unconvert // Bsize is not int64 on every platform.
+	return v1beta1.RepoNodeCache{Path: dir, FreeBytes: int64(fs.Bavail) * bs, TotalBytes: int64(fs.Blocks) * bs}
 }
 
 // asPlanWrites returns the ISO checksum sum written as the plans write it, when one of them holds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,6 +42,12 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	stallAfter := fset.Duration("stall-after", sequencer.DefaultConfig.StallAfter, "how long a short phase may wait before the plan is Degraded")
 	heartbeat := fset.Duration("heartbeat-timeout", sequencer.DefaultConfig.HeartbeatTimeout, "how old an agent's report may be")
 	poll := fset.Duration("poll", sequencer.DefaultConfig.Poll, "how often a waiting plan is looked at again")
+	stepStall := fset.Duration("step-stall-after", sequencer.DefaultConfig.StepStallAfter, "how long a node may go without progress (preload, drain, node step, rejoin) or the cluster step may run before the plan is Degraded; 0 disables it")
+	jobTimeout := fset.Duration("job-timeout", sequencer.DefaultJobTimeout, "how long a Job of the upgrade image may run before it is stopped and fails (activeDeadlineSeconds); 0 sets no deadline")
+	keepPods := fset.String("keep-pods", "", "label `selector` of the pods in --namespace that drains leave (the sequencer's own replicas)")
+	localService := fset.String("local-service", "", "`name` of the agents' Service with internalTrafficPolicy Local: node Jobs reach their node's agent at its cluster IP, without DNS")
+	jobAccount := fset.String("job-service-account", "", "`name` of the ServiceAccount the upgrade image's Jobs run as (the namespace's default when empty)")
+	startTimeout := fset.Duration("start-timeout", 5*time.Minute, "how long to wait for the API server at start before giving up")
 	if help, err := parseFlags(fset, args); help || err != nil {
 		return err
 	}
@@ -55,8 +64,19 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	if *leaseNamespace == "" {
 		*leaseNamespace = ns
 	}
+	keep := labels.Nothing()
+	if *keepPods != "" {
+		sel, err := labels.Parse(*keepPods)
+		if err != nil {
+			return fmt.Errorf("%w: --keep-pods: %w", errUsage, err)
+		}
+		keep = sel
+	}
 	cfg, err := sequencerRESTConfig(*kubeconfig)
 	if err != nil {
+		return err
+	}
+	if err := waitAPIServer(ctx, a.log, cfg, *startTimeout); err != nil {
 		return err
 	}
 	s, err := planScheme()
@@ -77,6 +97,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 			&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
 			&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
 			&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
+			&corev1.Service{}:            {Namespaces: map[string]cache.Config{ns: {}}},
 		}},
 		HealthProbeBindAddress: *probeAddr,
 	})
@@ -91,7 +112,11 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		sequencer.WithSUCNamespace(*sucNamespace),
 		// The core/v1 recorder: the events.k8s.io/v1 one that replaces it has another signature.
 		sequencer.WithEventRecorder(mgr.GetEventRecorderFor("upgrade-repo-sequencer")),
-		sequencer.WithConfig(sequencer.Config{StallAfter: *stallAfter, HeartbeatTimeout: *heartbeat, Poll: *poll}),
+		sequencer.WithConfig(sequencer.Config{StallAfter: *stallAfter, HeartbeatTimeout: *heartbeat, Poll: *poll, StepStallAfter: *stepStall}),
+		sequencer.WithKeepPods(keep),
+		sequencer.WithLocalService(*localService),
+		sequencer.WithJobServiceAccount(*jobAccount),
+		sequencer.WithJobTimeout(*jobTimeout),
 	)
 	if err != nil {
 		return err
@@ -112,6 +137,35 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	}
 	a.log.Info("sequencer stopped", "uptime", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// waitAPIServer waits until the API server answers, with backoff, for at most timeout: after a
+// node reboots, the pod network and Service routing may need a while before the API server is
+// reachable, and giving up at once would only crash-loop the pod.
+func waitAPIServer(ctx context.Context, log *slog.Logger, cfg *rest.Config, timeout time.Duration) error {
+	probe := rest.CopyConfig(cfg)
+	probe.Timeout = 10 * time.Second
+	dc, err := discovery.NewDiscoveryClientForConfig(probe)
+	if err != nil {
+		return fmt.Errorf("api server client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := time.Second
+	for attempt := 1; ; attempt++ {
+		v, err := dc.ServerVersion()
+		if err == nil {
+			log.Info("api server reachable", "version", v.GitVersion, "attempts", attempt)
+			return nil
+		}
+		log.Warn("api server not reachable yet", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("api server not reachable after %s: %w", timeout, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 15*time.Second)
+	}
 }
 
 // sequencerRESTConfig loads kubeconfig, or the in-cluster configuration when it is empty.
