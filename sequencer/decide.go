@@ -319,6 +319,13 @@ func (d *decider) retry() {
 	if v == "" || v == d.st.ObservedRetry {
 		return
 	}
+	if len(d.o.PlansInFlight) > 0 {
+		// Two plans must never drive the cluster at once: wait, still Failed, until the other ends.
+		d.setCondition(v1beta1.ConditionDegraded, metav1.ConditionTrue, "RetryBlocked",
+			"the retry waits for plans in flight to finish: "+strings.Join(d.o.PlansInFlight, ", "))
+		d.out.RequeueAfter = d.cfg.Poll
+		return
+	}
 	d.st.ObservedRetry = v
 	d.st.Retries++
 	from := d.st.FailedPhase

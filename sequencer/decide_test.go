@@ -19,7 +19,26 @@ var decideNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // decideNowMeta is decideNow as the status records it.
 var decideNowMeta = metav1.NewTime(decideNow)
 
-var decideCfg = sequencer.Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 5 * time.Second}
+var decideCfg = sequencer.Config{StallAfter: 10 * time.Minute, HeartbeatTimeout: 2 * time.Minute, Poll: 5 * time.Second, StepStallAfter: 20 * time.Minute}
+
+// since returns decideNow minus d as the status records times.
+func since(d time.Duration) *metav1.Time {
+	t := metav1.NewTime(decideNow.Add(-d))
+	return &t
+}
+
+// initializing is a plan in Initializing whose agents report a cache with free bytes each, for
+// an ISO of isoSize bytes.
+func initializing(free, isoSize int64, mut ...func(*sequencer.Observation)) sequencer.Observation {
+	return obs(v1beta1.PhaseInitializing, append([]func(*sequencer.Observation){func(o *sequencer.Observation) {
+		o.Plan.Status.Agents, o.Plan.Status.PreviousVersion = nil, ""
+		o.ISOSize = isoSize
+		for _, rn := range o.RepoNodes {
+			rn.ISO = v1beta1.RepoNodeISO{}
+			rn.Cache = v1beta1.RepoNodeCache{Path: "/var/lib/upgrade-repo", FreeBytes: free, TotalBytes: 100 << 30}
+		}
+	}}, mut...)...)
+}
 
 // obs builds an observation of a 2+2 node cluster with plan in phase, entered a minute ago.
 func obs(phase v1beta1.Phase, mut ...func(*sequencer.Observation)) sequencer.Observation {
@@ -383,6 +402,154 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{name: "finished plans stay", o: obs(v1beta1.PhaseSucceeded), want: want{phase: v1beta1.PhaseSucceeded}},
+		{
+			name: "pre-flight: room for the ISO and the images", o: initializing(20<<30, 6<<30),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) { require.Empty(t, d.Status.Warnings) }},
+		},
+		{
+			name: "pre-flight: no room for the ISO waits, naming the node", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.RepoNodes["w-2"].Cache.FreeBytes = 1 << 30
+			}),
+			want: want{phase: v1beta1.PhaseInitializing, degraded: "PreflightCheckFailed", check: func(t *testing.T, d sequencer.Decision) {
+				msg := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message
+				require.Contains(t, msg, "node w-2: 1.0 GiB free in /var/lib/upgrade-repo, the ISO needs 6.0 GiB")
+				require.NotContains(t, msg, "w-1")
+			}},
+		},
+		{
+			name: "pre-flight: force turns no room into a warning", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.RepoNodes["w-2"].Cache.FreeBytes = 1 << 30
+				o.Plan.Spec.Force = true
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, []string{"forced: node w-2: 1.0 GiB free in /var/lib/upgrade-repo, the ISO needs 6.0 GiB"}, d.Status.Warnings)
+			}},
+		},
+		{
+			name: "pre-flight: a node holding the ISO needs room for the images only", o: initializing(7<<30, 6<<30, func(o *sequencer.Observation) {
+				o.RepoNodes["cp-1"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISOReady}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Len(t, d.Status.Warnings, 3, "the three other nodes have room for the ISO, perhaps not the images: %q", d.Status.Warnings)
+				for _, w := range d.Status.Warnings {
+					require.NotContains(t, w, "cp-1")
+				}
+			}},
+		},
+		{
+			name: "pre-flight: drain warnings and silent agents are named up front", o: initializing(20<<30, 0, func(o *sequencer.Observation) {
+				delete(o.RepoNodes, "w-1")
+				o.DrainWarnings = []string{"PodDisruptionBudget apps/db allows no disruption: the drain of node cp-2 will wait until it does"}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, []string{
+					"the ISO's size is unknown (its origin did not announce it): free space was not checked",
+					"node w-1: no report from its agent yet, its free space was not checked",
+					"PodDisruptionBudget apps/db allows no disruption: the drain of node cp-2 will wait until it does",
+				}, d.Status.Warnings)
+				require.Len(t, d.Events, 4, "one warning event each, and the phase's")
+			}},
+		},
+		{
+			name: "a plan without an upgrade image fails at once", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) { o.UpgradeImage = "" }),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "InvalidPlan"},
+		},
+		{
+			name: "a Version without a checksum fails at once", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) { o.Version.Spec.ISOChecksum = "" }),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "InvalidVersion"},
+		},
+		{
+			name: "a Version with a password in a ftp URL fails without printing it", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.Version.Spec.ISOURL = "ftp://user:secret@host/x.iso?sig=abc"
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "InvalidVersion", check: func(t *testing.T, d sequencer.Decision) {
+				msg := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message
+				require.Contains(t, msg, "ftp://host/x.iso")
+				require.NotContains(t, msg, "secret")
+				require.NotContains(t, msg, "sig=")
+			}},
+		},
+		{
+			name: "a node step without progress for too long is named", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				o.Plan.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+					"cp-1": {State: v1beta1.NodeUpgrading, Message: "the node Job runs", LastProgressTime: since(25 * time.Minute)},
+				}
+				o.Nodes[0].Unschedulable = true
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, degraded: "NodeStalled", check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message,
+					"node cp-1: Upgrading: the node Job runs, no progress since 2026-03-01T11:35:00Z (more than 20m0s)")
+			}},
+		},
+		{
+			name: "a drain that makes no progress is named", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				o.Plan.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+					"cp-1": {State: v1beta1.NodeCordoned, Reason: "Draining", Message: "2 pods to evict", LastProgressTime: since(21 * time.Minute)},
+				}
+				o.Nodes[0].Unschedulable = true
+				o.PodsToEvict = map[string]int{"cp-1": 2}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, degraded: "NodeStalled", actions: []sequencer.Action{{Kind: sequencer.ActionDrain, Node: "cp-1"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message, "node cp-1: Cordoned (Draining): 2 pods to evict")
+			}},
+		},
+		{
+			name: "a drain that moves is not a stall", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				o.Plan.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+					"cp-1": {State: v1beta1.NodeCordoned, Reason: "Draining", Message: "2 pods to evict", LastProgressTime: since(21 * time.Minute)},
+				}
+				o.Nodes[0].Unschedulable = true
+				o.PodsToEvict = map[string]int{"cp-1": 1}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, actions: []sequencer.Action{{Kind: sequencer.ActionDrain, Node: "cp-1"}}, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, &decideNowMeta, d.Status.NodeUpgradeStatuses["cp-1"].LastProgressTime)
+			}},
+		},
+		{
+			name: "a rejoining node waits for Ready, its agent and its control-plane pods", o: obs(v1beta1.PhaseNodeUpgrading, func(o *sequencer.Observation) {
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeRejoining})
+				o.Nodes[0].Ready = false
+				o.NodeJobs["cp-1"] = sequencer.JobState{Exists: true, Succeeded: true, Completed: decideNow.Add(-5 * time.Second)}
+				o.ControlPlaneNotReady = map[string][]string{"cp-1": {"kube-system/kube-apiserver-cp-1"}}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, check: func(t *testing.T, d sequencer.Decision) {
+				s := d.Status.NodeUpgradeStatuses["cp-1"]
+				require.Equal(t, v1beta1.NodeRejoining, s.State)
+				require.Equal(t, "waiting for the node to be Ready, its agent to report after the node step, control-plane pods kube-system/kube-apiserver-cp-1 to be Ready", s.Message)
+			}},
+		},
+		{
+			name: "a failed plan stays failed without a new retry", o: obs(v1beta1.PhaseFailed, func(o *sequencer.Observation) {
+				o.Plan.Status.FailedPhase = v1beta1.PhaseNodeUpgrading
+				o.Plan.Annotations = map[string]string{v1beta1.RetryAnnotation: "1"}
+				o.Plan.Status.ObservedRetry = "1"
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseNodeUpgrading},
+		},
+		{
+			name: "a retry waits while another plan is in flight", o: obs(v1beta1.PhaseFailed, func(o *sequencer.Observation) {
+				o.Plan.Status.FailedPhase = v1beta1.PhaseNodeUpgrading
+				o.Plan.Annotations = map[string]string{v1beta1.RetryAnnotation: "1"}
+				o.PlansInFlight = []string{"other"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseNodeUpgrading, degraded: "RetryBlocked"},
+		},
+		{
+			name: "a retry resumes from the failed node", o: obs(v1beta1.PhaseFailed, func(o *sequencer.Observation) {
+				o.Plan.Status.FailedPhase = v1beta1.PhaseNodeUpgrading
+				nodeStates(o, map[string]v1beta1.NodeState{"cp-1": v1beta1.NodeUpgraded, "cp-2": v1beta1.NodeUpgradeFailed})
+				o.Plan.Status.Agents.Hold = true
+				o.Plan.Annotations = map[string]string{v1beta1.RetryAnnotation: "2026-03-01T12:00"}
+			}),
+			want: want{phase: v1beta1.PhaseNodeUpgrading, check: func(t *testing.T, d sequencer.Decision) {
+				require.Equal(t, 1, d.Status.Retries)
+				require.Equal(t, "2026-03-01T12:00", d.Status.ObservedRetry)
+				require.Equal(t, v1beta1.NodeCordoned, d.Status.NodeUpgradeStatuses["cp-2"].State)
+				require.Equal(t, v1beta1.NodeUpgraded, d.Status.NodeUpgradeStatuses["cp-1"].State)
+				require.True(t, d.Status.Agents.Hold)
+			}},
+		},
 		{name: "an unknown phase fails", o: obs("Upgrading"), want: want{phase: v1beta1.PhaseFailed, failedPhase: "Upgrading", degraded: "UnknownPhase"}},
 	}
 	for _, tt := range tests {

@@ -217,7 +217,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.c.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if finished(plan.Status.Phase) {
+	if finished(plan.Status.Phase) && !retryAsked(&plan) {
 		return reconcile.Result{}, nil
 	}
 	log := r.log.With("plan", plan.Name)
@@ -276,6 +276,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
+}
+
+// retryAsked reports whether a Failed plan carries a RetryAnnotation value it has not acted on.
+func retryAsked(p *v1beta1.UpgradePlan) bool {
+	v := p.Annotations[v1beta1.RetryAnnotation]
+	return p.Status.Phase == v1beta1.PhaseFailed && v != "" && v != p.Status.ObservedRetry
 }
 
 // degrade records a failed action on the plan's status and asks to be called again.

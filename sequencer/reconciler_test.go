@@ -108,11 +108,25 @@ type cluster struct {
 
 func newCluster(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Object) *cluster {
 	t.Helper()
+	objs := []client.Object{
+		testNode("cp-1", true), testNode("cp-2", true), testNode("w-1", false), testNode("w-2", false), testNode("w-3", false),
+		testPod("web", "w-1", "ReplicaSet", nil),
+		testPod("db", "cp-2", "StatefulSet", nil),
+		testPod("agent-w-1", "w-1", "DaemonSet", nil),
+		testPod("etcd-cp-1", "cp-1", "", map[string]string{corev1.MirrorPodAnnotationKey: "x"}),
+		testPod("bare", "w-2", "", nil),
+	}
+	return newClusterOf(t, plan, append(objs, extra...)...)
+}
+
+// newClusterOf builds a fake cluster of the given nodes, pods and other objects, with the plan,
+// its Version, the installed version and a Ready repo endpoint.
+func newClusterOf(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Object) *cluster {
+	t.Helper()
 	k := &cluster{t: t, now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), failedIn: map[v1beta1.Phase]bool{}}
 	k.repoURL = releaseServer(t, plan.Spec.Version)
 	ready := true
 	objs := []client.Object{
-		testNode("cp-1", true), testNode("cp-2", true), testNode("w-1", false), testNode("w-2", false), testNode("w-3", false),
 		&v1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: "v1.6.0"}, Spec: v1beta1.VersionSpec{ISOURL: "http://origin/harvester-v1.6.0.iso", ISOChecksum: testChecksum}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: sequencer.InstalledConfigMap}, Data: map[string]string{sequencer.InstalledVersionKey: "v1.5.2"}},
 		&discoveryv1.EndpointSlice{
@@ -120,11 +134,6 @@ func newCluster(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Object)
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 		},
-		testPod("web", "w-1", "ReplicaSet", nil),
-		testPod("db", "cp-2", "StatefulSet", nil),
-		testPod("agent-w-1", "w-1", "DaemonSet", nil),
-		testPod("etcd-cp-1", "cp-1", "", map[string]string{corev1.MirrorPodAnnotationKey: "x"}),
-		testPod("bare", "w-2", "", nil),
 		plan,
 	}
 	objs = append(objs, extra...)

@@ -101,7 +101,8 @@ type Instruction struct {
 
 // Instructions reads the UpgradePlans and returns what the node nodeName should do: hold the ISO
 // of the plan that holds one (the oldest when there are several) and preload when that plan
-// lists the node. An Instruction with an empty ISOURL asks for no ISO; Held names the ISOs the
+// lists the node; a plan in flight goes before a Failed one, which still holds its ISO for a
+// retry. An Instruction with an empty ISOURL asks for no ISO; Held names the ISOs the
 // agent must keep all the same.
 func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instruction, error) {
 	var plans v1beta1.UpgradePlanList
@@ -109,6 +110,13 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 		return Instruction{}, fmt.Errorf("list upgrade plans: %w", err)
 	}
 	slices.SortFunc(plans.Items, func(a, b v1beta1.UpgradePlan) int {
+		// A Failed plan keeps its ISO held for a retry, but a plan in flight comes first.
+		if fa, fb := a.Status.Phase == v1beta1.PhaseFailed, b.Status.Phase == v1beta1.PhaseFailed; fa != fb {
+			if fa {
+				return 1
+			}
+			return -1
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}

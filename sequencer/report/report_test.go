@@ -97,6 +97,19 @@ func TestInstructions(t *testing.T) {
 			want:  report.Instruction{Plan: "p", ISOURL: "http://x/iso", ISOChecksum: "c", Held: []string{"c"}},
 		},
 		{
+			name: "a plan in flight goes before an older Failed plan, whose ISO stays held",
+			plans: []client.Object{
+				func() client.Object {
+					p := plan("failed", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old", Hold: true})
+					p.Status.Phase = v1beta1.PhaseFailed
+					return p
+				}(),
+				plan("running", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new", Hold: true, PreloadNodes: []string{"n1"}}),
+			},
+			node: "n1",
+			want: report.Instruction{Plan: "running", ISOURL: "http://new/iso", ISOChecksum: "new", Preload: true, Held: []string{"new", "old"}},
+		},
+		{
 			name: "every held ISO is listed once, a released one is not",
 			plans: []client.Object{
 				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new", Hold: true}),
