@@ -149,7 +149,9 @@ has defaults 'kind: ClusterRole$'
 # The node-local Service the node Jobs reach their own node's agent through, without DNS.
 has defaults 'name: t-upgrade-repo-local$'
 has defaults 'internalTrafficPolicy: Local'
+has defaults '- --local-service=t-upgrade-repo-local$'
 # The sequencer never evicts its own replicas, keeps one through others' drains, spreads them.
+has defaults '- --keep-pods=app.kubernetes.io/instance=t,app.kubernetes.io/component=sequencer$'
 has defaults 'kind: PodDisruptionBudget'
 has defaults 'maxUnavailable: 1$'
 has defaults 'podAntiAffinity:'
@@ -158,6 +160,7 @@ hasnt defaults 'key: node-role.kubernetes.io/control-plane'
 # The agents tolerate every taint (tainted control planes, witness nodes).
 grep -A3 '^ *tolerations:' "$work/defaults.yaml" | grep -q -- '- operator: Exists' || fail "render defaults: the agents do not tolerate every taint"
 # The upgrade Jobs' ServiceAccount, bound to cluster-admin.
+has defaults '- --job-service-account=t-upgrade-repo-upgrade$'
 has defaults 'name: t-upgrade-repo-upgrade$'
 has defaults 'name: cluster-admin$'
 
@@ -194,6 +197,7 @@ render nojobsa --set upgradeJob.serviceAccount.create=false
 hasnt nojobsa 'job-service-account'
 hasnt nojobsa 'name: t-upgrade-repo-upgrade$'
 render ownjobsa --set upgradeJob.serviceAccount.create=false --set upgradeJob.serviceAccount.name=upgrader
+has ownjobsa '- --job-service-account=upgrader$'
 hasnt ownjobsa 'kind: ClusterRoleBinding.*upgrade'
 
 render fixedkey --set gossip.key=0123456789abcdef0123456789abcdef
