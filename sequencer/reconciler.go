@@ -109,7 +109,7 @@ func WithNamespace(ns string) Option { return func(r *Reconciler) { r.namespace 
 // WithService sets the name of the repo Service ("upgrade-repo" by default).
 func WithService(name string) Option { return func(r *Reconciler) { r.service = name } }
 
-// WithRepoURL sets the base URL of the repo Service (http://SERVICE.NAMESPACE.svc:8080 by default).
+// WithRepoURL sets the base URL of the repo Service (http://SERVICE.NAMESPACE.svc, port 80 as the chart's Service, by default).
 func WithRepoURL(u string) Option { return func(r *Reconciler) { r.repoURL = u } }
 
 // WithUpgradeImage sets the upgrade image used when a plan names none.
@@ -162,7 +162,7 @@ func NewReconciler(c client.Client, log *slog.Logger, opts ...Option) (*Reconcil
 		o(r)
 	}
 	if r.repoURL == "" {
-		r.repoURL = fmt.Sprintf("http://%s.%s.svc:8080", r.service, r.namespace)
+		r.repoURL = fmt.Sprintf("http://%s.%s.svc", r.service, r.namespace)
 	}
 	return r, nil
 }

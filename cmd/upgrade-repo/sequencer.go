@@ -32,7 +32,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	kubeconfig := fset.String("kubeconfig", "", "kubeconfig `file`; the in-cluster configuration when empty")
 	namespace := fset.String("namespace", "", "`namespace` of the Jobs, the installed-version ConfigMap, the repo Service and the leader lease (POD_NAMESPACE when empty, else upgrade-repo-system)")
 	service := fset.String("service", "upgrade-repo", "`name` of the repo Service")
-	repoURL := fset.String("repo-url", "", "base `URL` of the repo Service (http://SERVICE.NAMESPACE.svc:8080 when empty)")
+	repoURL := fset.String("repo-url", "", "base `URL` of the repo Service (http://SERVICE.NAMESPACE.svc, port 80, when empty)")
 	image := fset.String("upgrade-image", "", "upgrade `image` for plans that name none")
 	sucNamespace := fset.String("suc-namespace", "cattle-system", "system-upgrade-controller's `namespace`")
 	leaderElect := fset.Bool("leader-elect", true, "elect a leader among replicas")
