@@ -850,6 +850,13 @@ func (d *decider) nodeUpgrading() {
 				stuck = append(stuck, n+": "+job.Stuck)
 				working = append(working, n)
 			default:
+				// A node step may reboot its node: say so while the node is away, so that a
+				// stall names it.
+				reason, msg := "", "the node Job runs"
+				if !ni.Ready {
+					reason, msg = "WaitingForNode", "the node Job runs; the node is not Ready (rebooting?)"
+				}
+				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) { s.Reason, s.Message = reason, msg })
 				working = append(working, n)
 			}
 		case v1beta1.NodeRejoining:
