@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -67,8 +68,10 @@ func (s *Server) content(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// ServeHTTP routes the request and records its metrics.
+// ServeHTTP routes the request and records its metrics. Repeated slashes in the path are merged
+// first (see MergeSlashes).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = mergeSlashes(r)
 	m := s.metrics
 	m.inFlight.Inc()
 	start := time.Now()
@@ -83,6 +86,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rm := m.route(route)
 	rm.bytes.Add(float64(rec.bytes))
 	rm.duration.Observe(time.Since(start).Seconds())
+}
+
+// MergeSlashes returns a handler that merges every run of slashes in the request's path into one
+// before next sees it, as nginx does by default (merge_slashes), so that a path such as
+// /harvester-iso/bundle//harvester/images/a.tar.zst is answered directly. Without it an
+// http.ServeMux answers such a path with a redirect (307), which a client without -L saves as the
+// file. Dot segments are left to the mux (a redirect to the cleaned path). A Server does this
+// itself; wrap any mux that routes to a Server with it.
+func MergeSlashes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { next.ServeHTTP(w, mergeSlashes(r)) })
+}
+
+// mergeSlashes returns r, or a shallow copy of it whose path has its runs of slashes merged.
+func mergeSlashes(r *http.Request) *http.Request {
+	if !strings.Contains(r.URL.Path, "//") {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	// The escaped form is kept when it still encodes the new path (url.URL.EscapedPath checks),
+	// so that escaped characters reach the mux as they came.
+	u.Path, u.RawPath = merge(u.Path), merge(u.RawPath)
+	r2.URL = &u
+	return r2
+}
+
+// merge replaces every run of slashes in p with one slash.
+func merge(p string) string {
+	if !strings.Contains(p, "//") {
+		return p
+	}
+	b := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && i > 0 && p[i-1] == '/' {
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return string(b)
 }
 
 // method bounds the method label to the methods HTTP defines.

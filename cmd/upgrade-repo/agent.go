@@ -365,7 +365,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	mux.Handle("/v2/", peers)
 	mux.Handle("GET /v1/status", board)
 	mux.Handle("/", server)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: repo.MergeSlashes(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	a.log.Info("agent listening", "node", c.node, "http", ln.Addr().String(), "advertise", gossip.HTTPAddr(), "gossip", gossip.Addr(), "report", c.kube != nil)
 
 	n := &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs}
