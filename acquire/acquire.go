@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
+
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // Source says where an ISO comes from: a local Path, or a URL with its Checksum and the
@@ -34,6 +37,22 @@ func (s Source) Validate() error {
 		return errors.New("an ISO URL needs its checksum (sha512:HEX)")
 	case s.URL != "" && s.CacheDir == "":
 		return errors.New("an ISO URL needs a cache directory")
+	case s.URL != "":
+		return CheckURL(s.URL)
+	}
+	return nil
+}
+
+// CheckURL reports whether raw can be an ISO's origin: an absolute http or https URL with a
+// host. Any other scheme (ftp, file) would only fail again and again; it is refused at once.
+// The error quotes the URL redacted.
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("ISO URL %s: %w", redact.URL(raw), redact.Error(err))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("ISO URL %s: want an http or https URL with a host", redact.URL(raw))
 	}
 	return nil
 }

@@ -27,8 +27,11 @@ func WithLogger(l *slog.Logger) Option { return func(c *Cache) { c.log = l } }
 // WithMetrics sets the metrics the Cache records into (default: none).
 func WithMetrics(m *Metrics) Option { return func(c *Cache) { c.metrics = m } }
 
-// WithRetry sets the retry policy of a failing fetch: attempts in all (default 10), the first
-// wait (default 1s), doubled after each failure up to max (default 30s).
+// WithRetry sets the retry policy of a failing fetch: how many attempts in a row may fail
+// without bringing a byte before Get gives up (default 10), the first wait (default 1s), doubled
+// after each failure up to max (default 30s). An attempt that brings bytes starts the count and
+// the wait over: an origin that cuts every connection is followed to the end, while one that
+// gives nothing is given up after a bounded time (about 2.5 minutes with the defaults).
 func WithRetry(attempts int, initial, max time.Duration) Option {
 	return func(c *Cache) { c.attempts, c.initial, c.max = attempts, initial, max }
 }
@@ -187,14 +190,21 @@ func (c *Cache) Get(ctx context.Context, sum Checksum, f Fetcher) (string, error
 	wait := c.initial
 	var lastErr error
 	restarted := false
+	// attempt counts the failed attempts in a row that brought no byte.
 	for attempt := 1; attempt <= c.attempts; attempt++ {
-		size, err := c.fetchOnce(ctx, partial, f)
+		size, progressed, err := c.fetchOnce(ctx, partial, f)
 		if err == nil {
 			return c.finish(ctx, sum, partial, size)
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("acquire %s: %w", sum, ctx.Err())
+		}
+		if progressed && !errors.Is(err, ErrPermanent) {
+			attempt, wait = 0, c.initial
+			c.metrics.retry()
+			c.log.Info("fetch interrupted after progress, resuming", "error", err)
+			continue
 		}
 		if errors.Is(err, ErrPermanent) && !restarted {
 			// What an earlier run left may be what the source refuses (a partial file longer
@@ -227,15 +237,16 @@ func (c *Cache) Get(ctx context.Context, sum Checksum, f Fetcher) (string, error
 
 // fetchOnce runs one fetch attempt into the partial file. Whatever happens, the file keeps only
 // the bytes written contiguously from its start, so the next attempt resumes without holes.
-func (c *Cache) fetchOnce(ctx context.Context, partial string, f Fetcher) (int64, error) {
+// progressed reports whether that prefix grew.
+func (c *Cache) fetchOnce(ctx context.Context, partial string, f Fetcher) (size int64, progressed bool, err error) {
 	file, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return 0, fmt.Errorf("open %s: %w: %w", partial, err, ErrPermanent)
+		return 0, false, fmt.Errorf("open %s: %w: %w", partial, err, ErrPermanent)
 	}
 	defer file.Close()
 	fi, err := file.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("stat %s: %w", partial, err)
+		return 0, false, fmt.Errorf("stat %s: %w", partial, err)
 	}
 	from := fi.Size()
 	p := newPartial(file, from, c.metrics)
@@ -269,7 +280,7 @@ func (c *Cache) fetchOnce(ctx context.Context, partial string, f Fetcher) (int64
 			ferr = fmt.Errorf("sync %s: %w", partial, err)
 		}
 	}
-	return size, ferr
+	return size, have > from, ferr
 }
 
 func (c *Cache) reportProgress(done <-chan struct{}, p *partialFile) {

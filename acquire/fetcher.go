@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // Fetcher fills a cache's partial file with the content's bytes.
@@ -38,17 +41,31 @@ type HTTPFetcher struct {
 	URL string
 	// Client is the HTTP client (default http.DefaultClient).
 	Client *http.Client
+	// IdleTimeout is how long a request may go without receiving a byte (headers or body)
+	// before it is abandoned, to be resumed by the next attempt: a connection that stalls
+	// without being closed is otherwise never noticed. Zero means DefaultIdleTimeout, a
+	// negative value no limit.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is the HTTPFetcher's IdleTimeout when none is set.
+const DefaultIdleTimeout = time.Minute
 
 var _ Fetcher = (*HTTPFetcher)(nil)
 
+// errIdle is the cause of a request abandoned for want of bytes.
+var errIdle = errors.New("no byte received")
+
 // Fetch implements Fetcher.
-func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (int64, error) {
+func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (n int64, err error) {
+	ctx, body, stop := h.watch(ctx)
+	defer func() { err = stop(err) }()
 	resp, err := h.get(ctx, from, -1)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
+	resp.Body = body(resp.Body)
 	switch resp.StatusCode {
 	case http.StatusOK:
 		// The origin ignored the range: the content starts over from its first byte.
@@ -57,26 +74,26 @@ func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (i
 		}
 		n, err := copyAt(dst, 0, resp.Body)
 		if err != nil {
-			return 0, fmt.Errorf("fetch %s: %w", h.URL, err)
+			return 0, fmt.Errorf("fetch %s: %w", redact.URL(h.URL), err)
 		}
 		if resp.ContentLength >= 0 && n != resp.ContentLength {
-			return 0, fmt.Errorf("fetch %s: got %d of %d bytes: %w", h.URL, n, resp.ContentLength, io.ErrUnexpectedEOF)
+			return 0, fmt.Errorf("fetch %s: got %d of %d bytes: %w", redact.URL(h.URL), n, resp.ContentLength, io.ErrUnexpectedEOF)
 		}
 		return n, nil
 	case http.StatusPartialContent:
 		start, end, size, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil || start != from || end < start {
-			return 0, fmt.Errorf("fetch %s: unexpected Content-Range %q for a request from %d", h.URL, resp.Header.Get("Content-Range"), from)
+			return 0, fmt.Errorf("fetch %s: unexpected Content-Range %q for a request from %d", redact.URL(h.URL), resp.Header.Get("Content-Range"), from)
 		}
 		if sz, ok := dst.(Sizer); ok && size >= 0 {
 			sz.SetSize(size)
 		}
 		n, err := copyAt(dst, from, resp.Body)
 		if err != nil {
-			return 0, fmt.Errorf("fetch %s: %w", h.URL, err)
+			return 0, fmt.Errorf("fetch %s: %w", redact.URL(h.URL), err)
 		}
 		if n != end-start+1 {
-			return 0, fmt.Errorf("fetch %s: got %d of %d bytes: %w", h.URL, n, end-start+1, io.ErrUnexpectedEOF)
+			return 0, fmt.Errorf("fetch %s: got %d of %d bytes: %w", redact.URL(h.URL), n, end-start+1, io.ErrUnexpectedEOF)
 		}
 		if size < 0 {
 			size = end + 1
@@ -87,9 +104,9 @@ func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (i
 		if _, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err == nil && size == from {
 			return size, nil
 		}
-		return 0, fmt.Errorf("fetch %s: range from %d not satisfiable (%s): %w", h.URL, from, resp.Header.Get("Content-Range"), ErrPermanent)
+		return 0, fmt.Errorf("fetch %s: range from %d not satisfiable (%s): %w", redact.URL(h.URL), from, resp.Header.Get("Content-Range"), ErrPermanent)
 	}
-	err = fmt.Errorf("fetch %s: %s", h.URL, resp.Status)
+	err = fmt.Errorf("fetch %s: %s", redact.URL(h.URL), resp.Status)
 	if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
 		err = fmt.Errorf("%w: %w", err, ErrPermanent)
 	}
@@ -98,36 +115,42 @@ func (h *HTTPFetcher) Fetch(ctx context.Context, dst io.WriterAt, from int64) (i
 
 // FetchRange writes the n bytes of the content at offset off into dst at the same offset, for
 // fetchers that split the content between several sources.
-func (h *HTTPFetcher) FetchRange(ctx context.Context, dst io.WriterAt, off, n int64) error {
+func (h *HTTPFetcher) FetchRange(ctx context.Context, dst io.WriterAt, off, n int64) (err error) {
 	if n <= 0 {
 		return nil
 	}
+	ctx, body, stop := h.watch(ctx)
+	defer func() { err = stop(err) }()
 	resp, err := h.get(ctx, off, off+n-1)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	resp.Body = body(resp.Body)
 	if resp.StatusCode != http.StatusPartialContent {
-		return fmt.Errorf("fetch %s: range %d-%d: %s", h.URL, off, off+n-1, resp.Status)
+		return fmt.Errorf("fetch %s: range %d-%d: %s", redact.URL(h.URL), off, off+n-1, resp.Status)
 	}
 	start, _, _, err := parseContentRange(resp.Header.Get("Content-Range"))
 	if err != nil || start != off {
-		return fmt.Errorf("fetch %s: unexpected Content-Range %q for range %d-%d", h.URL, resp.Header.Get("Content-Range"), off, off+n-1)
+		return fmt.Errorf("fetch %s: unexpected Content-Range %q for range %d-%d", redact.URL(h.URL), resp.Header.Get("Content-Range"), off, off+n-1)
 	}
 	got, err := copyAt(dst, off, io.LimitReader(resp.Body, n))
 	if err != nil {
-		return fmt.Errorf("fetch %s: %w", h.URL, err)
+		return fmt.Errorf("fetch %s: %w", redact.URL(h.URL), err)
 	}
 	if got != n {
-		return fmt.Errorf("fetch %s: range %d-%d: got %d bytes: %w", h.URL, off, off+n-1, got, io.ErrUnexpectedEOF)
+		return fmt.Errorf("fetch %s: range %d-%d: got %d bytes: %w", redact.URL(h.URL), off, off+n-1, got, io.ErrUnexpectedEOF)
 	}
 	return nil
 }
 
 func (h *HTTPFetcher) get(ctx context.Context, from, to int64) (*http.Response, error) {
+	if err := CheckURL(h.URL); err != nil {
+		return nil, fmt.Errorf("fetch: %w: %w", err, ErrPermanent)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w: %w", h.URL, err, ErrPermanent)
+		return nil, fmt.Errorf("fetch %s: %w: %w", redact.URL(h.URL), redact.Error(err), ErrPermanent)
 	}
 	switch {
 	case to >= 0:
@@ -141,9 +164,49 @@ func (h *HTTPFetcher) get(ctx context.Context, from, to int64) (*http.Response, 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", h.URL, err)
+		return nil, fmt.Errorf("fetch %s: %w", redact.URL(h.URL), redact.Error(err))
 	}
 	return resp, nil
+}
+
+// watch returns a context that is cancelled once IdleTimeout passes without a byte (the timer
+// runs from now, through the response headers, and restarts at each read of a body wrapped by
+// body), and stop, which ends the watch and names the stall in err when it was the cause.
+func (h *HTTPFetcher) watch(ctx context.Context) (context.Context, func(io.ReadCloser) io.ReadCloser, func(error) error) {
+	d := h.IdleTimeout
+	if d == 0 {
+		d = DefaultIdleTimeout
+	}
+	if d < 0 {
+		return ctx, func(rc io.ReadCloser) io.ReadCloser { return rc }, func(err error) error { return err }
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(d, func() { cancel(errIdle) })
+	body := func(rc io.ReadCloser) io.ReadCloser { return &idleBody{ReadCloser: rc, t: t, d: d} }
+	stop := func(err error) error {
+		t.Stop()
+		cancel(nil)
+		if err != nil && errors.Is(context.Cause(ctx), errIdle) {
+			return fmt.Errorf("fetch %s: %w for %s", redact.URL(h.URL), errIdle, d)
+		}
+		return err
+	}
+	return ctx, body, stop
+}
+
+// idleBody restarts the idle timer at every read that brings bytes.
+type idleBody struct {
+	io.ReadCloser
+	t *time.Timer
+	d time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.t.Reset(b.d)
+	}
+	return n, err
 }
 
 // parseContentRange parses "bytes START-END/SIZE" or "bytes */SIZE"; unknown parts are -1.
