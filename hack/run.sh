@@ -8,7 +8,7 @@ listen=${3:-127.0.0.1:8080}
 if [ ! -s "$iso" ]; then
   mkdir -p "$(dirname "$iso")"
   echo "run: building the demo release ISO $iso" >&2
-  "$bin" release pack --out "$iso" --version v1.5.2 --images 6 --layer-size 1MiB --rootfs-size 16MiB
+  "$bin" release pack --out "$iso" --version v1.5.2 --images 7 --layer-size 1MiB --rootfs-size 16MiB
 fi
 base="http://$listen"
 cat <<MSG

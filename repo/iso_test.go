@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -215,7 +216,9 @@ func TestRealISO(t *testing.T) {
 		var doc repo.BundleDoc
 		require.NoError(t, json.Unmarshal(body, &doc))
 		for _, a := range fx.result.Archives {
-			got := doc.Groups[a.Group][0]
+			i := slices.IndexFunc(doc.Groups[a.Group], func(d repo.BundleArchive) bool { return d.Archive == "/"+a.Archive })
+			require.GreaterOrEqual(t, i, 0, a.Archive)
+			got := doc.Groups[a.Group][i]
 			require.Equal(t, a.Refs(), got.Images)
 			require.Equal(t, a.Size, got.Size)
 		}
@@ -224,7 +227,7 @@ func TestRealISO(t *testing.T) {
 		var l repo.Listing
 		require.NoError(t, json.Unmarshal(body, &l))
 		require.Equal(t, "harvester", l.Entries[0].Name)
-		require.Equal(t, 1.0, fx.metric(t, "upgrade_repo_release_info", map[string]string{"volume_id": "HARVESTER_V1_5_2", "version": "v1.5.2"}))
+		require.Equal(t, 1.0, fx.metric(t, "upgrade_repo_release_info", map[string]string{"volume_id": "COS_LIVE", "version": "v1.5.2"}))
 	})
 }
 

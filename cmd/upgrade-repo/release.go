@@ -12,11 +12,15 @@ import (
 
 const releaseUsage = `usage: upgrade-repo release pack (--out FILE.iso | --tree DIR) [flags]
 
-Build a release ISO in the layout of a Harvester release: harvester-release.yaml,
-bundle/metadata.yaml, zstd-compressed docker-save archives in groups common, rke2 and agent,
-their image lists and image_list_all.txt. Images are synthetic (random layers of --layer-size
-bytes sharing one base layer, all derived from --seed) or taken from docker-save tarballs
-(--tarball); --spec FILE describes the whole release in YAML instead (see release/pack.Spec).
+Build a release ISO in the layout of a Harvester release (volume id COS_LIVE):
+harvester-release.yaml with every key real ones carry, bundle/metadata.yaml, zstd-compressed
+docker-save archives (common: rancher, harvester, harvester-repo, harvester-extra; rke2: rke2 and
+rke2-multus; agent: under bundle/rancherd/images/), their image lists,
+images-lists-archive/current/ and the previous version's list, and boot files under
+boot/x86_64/loader/ and EFI/ with El Torito entries. Images are synthetic (random layers of
+--layer-size bytes sharing one base layer, all derived from --seed) or taken from docker-save
+tarballs (--tarball); --spec FILE describes the whole release in YAML instead (see
+release/pack.Spec).
 
 `
 
@@ -66,13 +70,13 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 	tree := fset.String("tree", "", "also (or only) write the release's files into this directory")
 	specFile := fset.String("spec", "", "a YAML Spec of the release (replaces --version, --images, --layer-size, --rootfs-size)")
 	version := fset.String("version", "v1.5.2", "the Harvester version of the release")
-	images := fset.Int("images", 6, "number of synthetic images, spread over the common, rke2 and agent archives")
+	images := fset.Int("images", 7, "number of synthetic images, spread over the release's archives (at least one each)")
 	layerSize := pack.Size(1 << 20)
 	fset.Var(sizeFlag{&layerSize}, "layer-size", "size of each synthetic layer, such as 4MiB (every image has a shared base layer and its own)")
 	var rootfs pack.Size
 	fset.Var(sizeFlag{&rootfs}, "rootfs-size", "size of a random rootfs.squashfs to add, such as 1GiB (0: none)")
 	seed := fset.Int64("seed", 1, "seed of every synthetic byte")
-	volumeID := fset.String("volume-id", "", "volume id of the ISO (default HARVESTER_<VERSION>)")
+	volumeID := fset.String("volume-id", "", "volume id of the ISO (default COS_LIVE)")
 	var tbs tarballs
 	fset.Var(&tbs, "tarball", "a docker-save tarball whose images join the common group (repeatable)")
 	output := fset.String("o", "text", "output format: text or json")

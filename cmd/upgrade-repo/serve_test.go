@@ -166,7 +166,7 @@ files: [{path: rootfs.squashfs, size: 1MiB}]
 	var res pack.Result
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 	require.Equal(t, "v1.6.0", res.Version)
-	require.Equal(t, "HARVESTER_V1_6_0", res.VolumeID)
+	require.Equal(t, "COS_LIVE", res.VolumeID)
 	require.Equal(t, []string{"docker.io/rancher/harvester:v1.6.0"}, res.Archives[0].Refs())
 	fi, err := os.Stat(filepath.Join(dir, "tree", "rootfs.squashfs"))
 	require.NoError(t, err)

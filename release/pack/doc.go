@@ -1,6 +1,9 @@
-// Package pack builds release ISOs in the layout of a Harvester release: harvester-release.yaml,
-// bundle/metadata.yaml, zstd-compressed docker-save image archives, their image lists, the list of
-// every image of the version and optional extra files such as a large rootfs.squashfs.
+// Package pack builds release ISOs in the layout of a Harvester release, as the product's build
+// scripts make it: harvester-release.yaml with every key real ones carry, bundle/metadata.yaml,
+// zstd-compressed docker-save image archives and their image lists (rancherd's beside their
+// archives), images-lists-archive/current/ with every image of the version plus one folder per
+// earlier version, boot files under boot/x86_64/loader/ and EFI/ with El Torito entries, volume
+// id COS_LIVE, and optional extra files such as a large rootfs.squashfs.
 //
 // A Spec describes the release: its version, its archives grouped like the bundle (common, rke2,
 // agent, ...), the images of each archive with the sizes of their layers (synthetic random layers,

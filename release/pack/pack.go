@@ -118,11 +118,17 @@ func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
 		all = append(all, ba.Refs()...)
 	}
 	if len(spec.Archives) > 0 {
+		// As the product's build does: every list of the release, sorted and unique, in current/,
+		// and one folder for each earlier version the release can be upgraded from.
 		sort.Strings(all)
 		all = compactStrings(all)
-		listAll := path.Join(release.BundleDir, "harvester", "images-lists-archive", spec.version(), "image_list_all.txt")
-		if err := w.write(listAll, strings.NewReader(strings.Join(all, "\n")+"\n")); err != nil {
+		if err := w.write(listAllPath(CurrentList), strings.NewReader(strings.Join(all, "\n")+"\n")); err != nil {
 			return nil, err
+		}
+		for _, prev := range spec.PreviousVersions {
+			if err := w.write(listAllPath(prev), strings.NewReader(strings.Join(previousList(all, spec.version(), prev), "\n")+"\n")); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if !spec.NoBundle {
@@ -132,6 +138,24 @@ func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
 		}
 		if err := w.write(release.BundleFile, bytes.NewReader(data)); err != nil {
 			return nil, err
+		}
+	}
+	given := map[string]bool{}
+	for _, f := range spec.Files {
+		given[path.Clean(strings.TrimPrefix(f.Path, "/"))] = true
+	}
+	if !spec.NoBoot {
+		for _, b := range bootFiles(spec.version()) {
+			if given[b.path] {
+				continue // the spec's own file of that path replaces it
+			}
+			r := io.Reader(strings.NewReader(b.text))
+			if b.text == "" {
+				r = randomReader(spec.Seed, b.path, b.size)
+			}
+			if err := w.write(b.path, r); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i, f := range spec.Files {
@@ -156,6 +180,57 @@ func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
 	}
 	sort.Strings(res.Files)
 	return res, nil
+}
+
+// listAllPath is the path of the list of every image of the release dir names (current or an
+// earlier version) inside the ISO.
+func listAllPath(dir string) string {
+	return path.Join(release.BundleDir, "harvester", "images-lists-archive", dir, "image_list_all.txt")
+}
+
+// previousList is a plausible list of every image of the earlier release prev: the refs of this
+// release, with this release's version in their tags written as prev (the images whose tags do
+// not name the version are shared by both), sorted and unique.
+func previousList(refs []string, version, prev string) []string {
+	out := make([]string, 0, len(refs))
+	for _, ref := range refs {
+		if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+			ref = ref[:i] + strings.ReplaceAll(ref[i:], version, prev)
+		}
+		out = append(out, ref)
+	}
+	sort.Strings(out)
+	return compactStrings(out)
+}
+
+// bootFile is one of the boot files of a release: text, or size random bytes.
+type bootFile struct {
+	path string
+	size int64
+	text string
+}
+
+// Boot files as the product's live ISO lays them out: the BIOS El Torito image and the loader
+// under boot/x86_64/loader/, the EFI El Torito image boot/uefi.img and the EFI tree. Their bytes
+// are random but for the configuration files: nothing here boots.
+const (
+	biosBootImage = "boot/x86_64/loader/eltorito.img"
+	efiBootImage  = "boot/uefi.img"
+	bootCatalog   = "boot/x86_64/boot.catalog"
+)
+
+func bootFiles(version string) []bootFile {
+	return []bootFile{
+		{path: biosBootImage, size: 32 << 10},
+		{path: "boot/x86_64/loader/boot_hybrid.img", size: 512},
+		{path: "boot/x86_64/loader/linux", size: 64 << 10},
+		{path: "boot/x86_64/loader/initrd", size: 64 << 10},
+		{path: "boot/grub2/grub.cfg", text: "search --no-floppy --file --set=root /boot/kernel\nset default=0\nsource /boot/grub2/harvester.cfg\n"},
+		{path: "boot/grub2/harvester.cfg", text: "set harvester_version=" + version + "\n"},
+		{path: efiBootImage, size: 64 << 10},
+		{path: "EFI/BOOT/bootx64.efi", size: 16 << 10},
+		{path: "EFI/BOOT/grub.cfg", text: "search --no-floppy --file --set=root /boot/x86_64/loader/linux\nconfigfile ($root)/boot/grub2/grub.cfg\n"},
+	}
 }
 
 func compactStrings(s []string) []string {
@@ -358,7 +433,9 @@ func addTarball(refs map[name.Reference]v1.Image, norms map[name.Reference]strin
 	return nil
 }
 
-// defaultRelease is a plausible harvester-release.yaml for version.
+// defaultRelease is a plausible harvester-release.yaml for version, with every key real ones
+// carry; among them the 15 the product's upgrade scripts read with `yq -e` (see
+// ScriptReleaseKeys), which abort on a missing one.
 func defaultRelease(version string) *release.Release {
 	chart := strings.TrimPrefix(version, "v")
 	return &release.Release{
@@ -373,11 +450,27 @@ func defaultRelease(version string) *release.Release {
 		Kubevirt:             "1.4.1-150600.5.21.2",
 		MinUpgradableVersion: "v1.4.2",
 		RancherDependencies: map[string]release.Dependency{
-			"fleet":                     {Chart: "106.1.1+up0.12.4", App: "0.12.4"},
-			"rancher-webhook":           {Chart: "106.0.3+up0.7.3", App: "0.7.3"},
-			"system-upgrade-controller": {Chart: "106.0.0", App: "v0.15.2"},
+			"fleet":           {Chart: "106.1.1+up0.12.4", App: "0.12.4"},
+			"fleet-crd":       {Chart: "106.1.1+up0.12.4", App: "0.12.4"},
+			"rancher-webhook": {Chart: "106.0.3+up0.7.3", App: "0.7.3"},
+		},
+		Extra: map[string]any{
+			"loggingChartHarvesterEventRouter": "v0.4.0",
+			"osImage":                          "rancher/harvester-os:" + version,
 		},
 	}
+}
+
+// ScriptReleaseKeys are the keys of harvester-release.yaml that the product's upgrade scripts
+// (package/upgrade/lib.sh, detect_repo) read with `yq -e` under `bash -e`: a release without one
+// of them stops the upgrade. minUpgradableVersion is read too, without -e (it may be empty).
+var ScriptReleaseKeys = []string{
+	".harvester", ".harvesterChart", ".os", ".kubernetes", ".rancher", ".monitoringChart",
+	".loggingChart", ".loggingChartHarvesterEventRouter",
+	".rancherDependencies.fleet.chart", ".rancherDependencies.fleet.app",
+	".rancherDependencies.fleet-crd.chart", ".rancherDependencies.fleet-crd.app",
+	".rancherDependencies.rancher-webhook.chart", ".rancherDependencies.rancher-webhook.app",
+	".kubevirt",
 }
 
 // Build writes the release described by spec into a temporary tree beside out, runs xorriso on
@@ -404,11 +497,25 @@ func Build(ctx context.Context, spec Spec, out string) (*Result, error) {
 }
 
 // MakeISO runs xorriso to make an ISO image of the directory tree (Rock Ridge and Joliet, ISO
-// level 3 so files may exceed 4 GiB) and writes it to out atomically.
+// level 3 so files may exceed 4 GiB) and writes it to out atomically. When the tree holds the
+// boot images of a release (boot/x86_64/loader/eltorito.img, boot/uefi.img), the ISO gets El
+// Torito entries for them (BIOS and EFI, no emulation) and a hidden boot catalog, as real
+// releases have; the boot images' bytes stay as they are in the tree.
 func MakeISO(ctx context.Context, tree, out, volumeID string) error {
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "xorriso", "-as", "mkisofs", "-quiet", "-iso-level", "3",
-		"-R", "-J", "-joliet-long", "-V", volumeID, "-o", tmp, tree)
+	args := []string{"-as", "mkisofs", "-quiet", "-iso-level", "3", "-R", "-J", "-joliet-long", "-V", volumeID, "-o", tmp}
+	exists := func(p string) bool {
+		fi, err := os.Stat(filepath.Join(tree, filepath.FromSlash(p)))
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if exists(biosBootImage) {
+		args = append(args, "-b", biosBootImage, "-no-emul-boot", "-boot-load-size", "4",
+			"-c", bootCatalog, "--boot-catalog-hide")
+		if exists(efiBootImage) {
+			args = append(args, "-eltorito-alt-boot", "-e", efiBootImage, "-no-emul-boot")
+		}
+	}
+	cmd := exec.CommandContext(ctx, "xorriso", append(args, tree)...)
 	if outb, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		if errors.Is(err, exec.ErrNotFound) {

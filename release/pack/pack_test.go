@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
@@ -39,7 +41,7 @@ func decompress(t *testing.T, dir, archive string) string {
 func TestBuildTreeLayout(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	spec := Demo("v1.5.2", 5, 64<<10, 100<<10)
+	spec := Demo("v1.5.2", 9, 64<<10, 100<<10)
 	res, err := BuildTree(t.Context(), spec, dir)
 	require.NoError(t, err)
 	fsys := os.DirFS(dir)
@@ -50,13 +52,54 @@ func TestBuildTreeLayout(t *testing.T) {
 	require.Equal(t, "v1.4.2", rel.MinUpgradableVersion)
 	require.Contains(t, rel.RancherDependencies, "fleet")
 
+	// Every key the product's scripts read with `yq -e` is there and not empty, and so are
+	// the other keys real releases carry.
+	raw, err := os.ReadFile(filepath.Join(dir, release.ReleaseFile))
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	require.Len(t, ScriptReleaseKeys, 15)
+	for _, key := range append(slices.Clone(ScriptReleaseKeys), ".installer", ".osImage", ".minUpgradableVersion") {
+		var v any = doc
+		for _, part := range strings.Split(strings.TrimPrefix(key, "."), ".") {
+			m, ok := v.(map[string]any)
+			require.True(t, ok, "%s: %v is not a map", key, v)
+			v = m[part]
+		}
+		require.NotEmpty(t, v, key)
+		_, isString := v.(string)
+		require.True(t, isString, "%s: %v", key, v)
+	}
+
 	b, err := release.LoadBundle(fsys)
 	require.NoError(t, err)
 	require.Equal(t, []string{"agent", "common", "rke2"}, b.Groups())
-	require.Len(t, b.Archives, 3)
-	require.Len(t, res.Archives, 3)
+	names := map[string][]string{}
+	for _, a := range b.Archives {
+		names[a.Group] = append(names[a.Group], a.Archive)
+	}
+	require.Equal(t, map[string][]string{
+		"common": {
+			"bundle/harvester/images/rancher-images-v2.11.3.tar.zst",
+			"bundle/harvester/images/harvester-images-v1.5.2.tar.zst",
+			"bundle/harvester/images/harvester-repo-images.tar.zst",
+			"bundle/harvester/images/harvester-extra-v1.5.2.tar.zst",
+		},
+		"rke2": {
+			"bundle/harvester/images/rke2-images.linux-amd64-v1.32.7-rke2r1.tar.zst",
+			"bundle/harvester/images/rke2-images-multus.linux-amd64-v1.32.7-rke2r1.tar.zst",
+		},
+		"agent": {"bundle/rancherd/images/rancherd-bootstrap-images-v1.5.2.tar.zst"},
+	}, names)
+	require.Len(t, res.Archives, 7)
 
-	total := 0
+	// The metadata's paths start with a slash, relative to bundle/, as the scripts expect.
+	meta, err := os.ReadFile(filepath.Join(dir, release.BundleFile))
+	require.NoError(t, err)
+	require.Contains(t, string(meta), "archive: /harvester/images/rke2-images.linux-amd64-v1.32.7-rke2r1.tar.zst")
+	require.Contains(t, string(meta), "list: /rancherd/images/rancherd-bootstrap-images-v1.5.2.txt")
+
+	var every []string
 	for _, a := range b.Archives {
 		var built BuiltArchive
 		for _, ba := range res.Archives {
@@ -68,7 +111,8 @@ func TestBuildTreeLayout(t *testing.T) {
 		refs, err := release.LoadImageList(fsys, a)
 		require.NoError(t, err)
 		require.Equal(t, built.Refs(), refs)
-		total += len(refs)
+		require.NotEmpty(t, refs)
+		every = append(every, refs...)
 
 		save := decompress(t, dir, a.Archive)
 		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(save) })
@@ -97,19 +141,38 @@ func TestBuildTreeLayout(t *testing.T) {
 				require.Equal(t, im.Layers[i], h.String())
 			}
 		}
-		if strings.HasPrefix(a.Archive, "bundle/rancherd/") {
-			require.Equal(t, "agent", a.Group)
-			require.True(t, strings.HasPrefix(a.List, "bundle/rancherd/images/"))
+		if a.Group == "agent" {
+			require.True(t, strings.HasPrefix(a.Archive, "bundle/rancherd/images/"))
+			require.True(t, strings.HasPrefix(a.List, "bundle/rancherd/images/"), "agent lists lie beside their archives")
+		} else {
+			require.True(t, strings.HasPrefix(a.List, "bundle/harvester/images-lists/"))
 		}
+		require.NotContains(t, a.Archive, "+", "rke2 names write + as -")
 	}
-	require.Equal(t, 5, total)
-	all, err := os.ReadFile(filepath.Join(dir, "bundle/harvester/images-lists-archive/v1.5.2/image_list_all.txt"))
+	require.Len(t, every, 9)
+
+	// images-lists-archive: current/ (every image of this release) and the previous version's.
+	slices.Sort(every)
+	all, err := os.ReadFile(filepath.Join(dir, "bundle/harvester/images-lists-archive/current/image_list_all.txt"))
 	require.NoError(t, err)
-	require.Len(t, strings.Fields(string(all)), 5)
+	require.Equal(t, every, strings.Fields(string(all)))
+	prev, err := os.ReadFile(filepath.Join(dir, "bundle/harvester/images-lists-archive/v1.4.2/image_list_all.txt"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(string(prev)), "docker.io/rancher/harvester:v1.4.2")
+	require.Contains(t, strings.Fields(string(prev)), "docker.io/rancher/rancher:v2.11.3", "images whose tags do not name the version are shared")
+	require.NotContains(t, string(prev), "v1.5.2")
+	entries, err := os.ReadDir(filepath.Join(dir, "bundle/harvester/images-lists-archive"))
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+
 	fi, err := os.Stat(filepath.Join(dir, "rootfs.squashfs"))
 	require.NoError(t, err)
 	require.EqualValues(t, 100<<10, fi.Size())
 	require.Contains(t, res.Files, "rootfs.squashfs")
+	for _, p := range []string{"boot/x86_64/loader/eltorito.img", "boot/x86_64/loader/linux", "boot/x86_64/loader/initrd", "boot/uefi.img", "EFI/BOOT/bootx64.efi", "boot/grub2/harvester.cfg"} {
+		require.Contains(t, res.Files, p)
+		require.FileExists(t, filepath.Join(dir, p))
+	}
 
 	// Every image shares the base layer.
 	base := res.Archives[0].Images[0].Layers[0]
@@ -119,6 +182,30 @@ func TestBuildTreeLayout(t *testing.T) {
 			require.NotEqual(t, base, im.Layers[1])
 		}
 	}
+}
+
+func TestBuildTreeNoBoot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := Spec{NoRelease: true, NoBundle: true, NoBoot: true, Files: []File{{Path: "a", Size: 1}}}
+	res, err := BuildTree(t.Context(), spec, dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, res.Files)
+
+	// A file the spec gives replaces the boot file of its path.
+	dir = t.TempDir()
+	res, err = BuildTree(t.Context(), Spec{NoRelease: true, NoBundle: true, Files: []File{{Path: "boot/uefi.img", Size: 3}}}, dir)
+	require.NoError(t, err)
+	fi, err := os.Stat(filepath.Join(dir, "boot/uefi.img"))
+	require.NoError(t, err)
+	require.EqualValues(t, 3, fi.Size())
+	n := 0
+	for _, f := range res.Files {
+		if f == "boot/uefi.img" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "written once")
 }
 
 func TestBuildTreeDeterministic(t *testing.T) {
@@ -246,7 +333,7 @@ func TestBuildISO(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "release.iso")
 	res, err := Build(t.Context(), Demo("v1.5.2", 3, 4096, 0), out)
 	require.NoError(t, err)
-	require.Equal(t, "HARVESTER_V1_5_2", res.VolumeID)
+	require.Equal(t, "COS_LIVE", res.VolumeID)
 	f, err := os.Open(out)
 	require.NoError(t, err)
 	defer f.Close()
@@ -254,7 +341,13 @@ func TestBuildISO(t *testing.T) {
 	_, err = f.ReadAt(pvd, 16*2048)
 	require.NoError(t, err)
 	require.Equal(t, "CD001", string(pvd[1:6]))
-	require.Equal(t, "HARVESTER_V1_5_2", strings.TrimSpace(string(pvd[40:72])))
+	require.Equal(t, "COS_LIVE", strings.TrimSpace(string(pvd[40:72])))
+	// The boot record: El Torito entries for the release's boot images.
+	brvd := make([]byte, 2048)
+	_, err = f.ReadAt(brvd, 17*2048)
+	require.NoError(t, err)
+	require.Equal(t, byte(0), brvd[0])
+	require.Equal(t, "EL TORITO SPECIFICATION", strings.TrimRight(string(brvd[7:39]), "\x00"))
 	entries, err := os.ReadDir(filepath.Dir(out))
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the temporary tree is removed")

@@ -18,7 +18,7 @@ import (
 type Spec struct {
 	// Version is the Harvester version of the release, such as v1.5.2 (default v1.5.2).
 	Version string `json:"version,omitempty"`
-	// VolumeID is the ISO's volume identifier (default HARVESTER_<VERSION>, e.g. HARVESTER_V1_5_2).
+	// VolumeID is the ISO's volume identifier (default COS_LIVE, as real releases have it).
 	VolumeID string `json:"volumeID,omitempty"`
 	// Seed makes every synthetic byte of the release; equal seeds give equal releases.
 	Seed int64 `json:"seed,omitempty"`
@@ -31,6 +31,13 @@ type Spec struct {
 	Archives []Archive `json:"archives,omitempty"`
 	// Files are extra files of the ISO, such as rootfs.squashfs.
 	Files []File `json:"files,omitempty"`
+	// PreviousVersions are the earlier versions whose image lists the release carries, each as
+	// bundle/harvester/images-lists-archive/<version>/image_list_all.txt beside current/ (this
+	// release's). Their lists are synthetic: this release's, with Version written as theirs.
+	PreviousVersions []string `json:"previousVersions,omitempty"`
+	// NoBoot leaves out the boot files (boot/x86_64/loader/, boot/grub2/, boot/uefi.img, EFI/)
+	// and the El Torito boot entries that real releases have.
+	NoBoot bool `json:"noBoot,omitempty"`
 	// NoBundle leaves bundle/metadata.yaml out (a release without bundle metadata).
 	NoBundle bool `json:"noBundle,omitempty"`
 	// NoRelease leaves harvester-release.yaml out (a release without release metadata).
@@ -154,6 +161,11 @@ func (s *Spec) Validate() error {
 			}
 		}
 	}
+	for i, v := range s.PreviousVersions {
+		if !safeName(v) || v == CurrentList {
+			return fmt.Errorf("spec previousVersions[%d]: %q must be a plain directory name other than %s", i, v, CurrentList)
+		}
+	}
 	for i, f := range s.Files {
 		p := path.Clean(strings.TrimPrefix(f.Path, "/"))
 		if f.Path == "" || p == "." || strings.HasPrefix(p, "../") || p == ".." || strings.ContainsAny(f.Path, "\x00\\") {
@@ -184,13 +196,15 @@ func (s *Spec) volumeID() string {
 	if s.VolumeID != "" {
 		return s.VolumeID
 	}
-	v := strings.ToUpper(strings.NewReplacer(".", "_", "-", "_", "+", "_").Replace(s.version()))
-	id := "HARVESTER_" + v
-	if len(id) > 32 {
-		id = id[:32]
-	}
-	return id
+	return DefaultVolumeID
 }
+
+// DefaultVolumeID is the volume id of real release ISOs.
+const DefaultVolumeID = "COS_LIVE"
+
+// CurrentList names the directory of images-lists-archive that holds the release's own list of
+// every image (the product's controller reads current/image_list_all.txt).
+const CurrentList = "current"
 
 func (a Archive) dir() string {
 	if a.Dir != "" {
@@ -216,39 +230,54 @@ func (a Archive) listPath() string {
 	return path.Join(release.BundleDir, a.dir(), "images-lists", a.Name+".txt")
 }
 
-// Demo returns a small release for version (default v1.5.2): three groups (common, rke2, agent),
-// a handful of images sharing a base layer, each layer about layerSize bytes, and a rootfs.squashfs
-// of rootfsSize bytes when rootfsSize is positive.
+// Demo returns a small release for version (default v1.5.2) in the layout of a real one: the
+// common group's archives (rancher, harvester, harvester-repo, harvester-extra), the rke2 group's
+// (rke2 and rke2-multus, named after the Kubernetes version with its "+" written as "-"), the
+// agent group's under bundle/rancherd/images/, the image lists of the previous version (the
+// release's minUpgradableVersion) beside current/, and the boot files. Its images (at least one
+// an archive, images in all) share a base layer, each layer about layerSize bytes; a
+// rootfs.squashfs of rootfsSize bytes is added when rootfsSize is positive.
 func Demo(version string, images int, layerSize, rootfsSize Size) Spec {
 	if version == "" {
 		version = "v1.5.2"
 	}
-	if images < 3 {
-		images = 3
-	}
 	if layerSize <= 0 {
 		layerSize = 256 << 10
 	}
+	rel := defaultRelease(version)
+	rke2 := strings.ReplaceAll(rel.Kubernetes, "+", "-")
 	s := Spec{
 		Version:      version,
 		Seed:         1,
 		SharedLayers: map[string]Size{"base": layerSize},
 	}
-	groups := []struct{ group, name, repo string }{
-		{"common", "harvester-images-" + version, "rancher/harvester-component"},
-		{"rke2", "rke2-images.linux-amd64-v1.32.7-rke2r1", "rancher/rke2-component"},
-		{"agent", "rancherd-bootstrap-images-" + version, "rancher/system-agent-component"},
+	if rel.MinUpgradableVersion != "" {
+		s.PreviousVersions = []string{rel.MinUpgradableVersion}
 	}
-	for gi, g := range groups {
-		a := Archive{Group: g.group, Name: g.name}
-		for i := gi; i < images; i += len(groups) {
-			a.Images = append(a.Images, Image{
-				Ref:    fmt.Sprintf("%s-%d:%s", g.repo, i, version),
-				Shared: []string{"base"},
-				Layers: []Size{layerSize},
-			})
+	// Archive names as the product's build scripts write them, and images such archives hold.
+	archives := []struct {
+		group, name, tag string
+		repos            []string
+	}{
+		{"common", "rancher-images-" + rel.Rancher, rel.Rancher, []string{"rancher/rancher", "rancher/rancher-webhook", "rancher/fleet"}},
+		{"common", "harvester-images-" + version, version, []string{"rancher/harvester", "rancher/harvester-webhook", "longhornio/longhorn-manager"}},
+		{"common", "harvester-repo-images", version, []string{"rancher/harvester-cluster-repo"}},
+		{"common", "harvester-extra-" + version, version, []string{"rancher/harvester-upgrade"}},
+		{"rke2", "rke2-images.linux-amd64-" + rke2, rke2, []string{"rancher/rke2-runtime", "rancher/hardened-kubernetes"}},
+		{"rke2", "rke2-images-multus.linux-amd64-" + rke2, rke2, []string{"rancher/hardened-multus-cni", "rancher/hardened-cni-plugins"}},
+		{"agent", "rancherd-bootstrap-images-" + version, rke2, []string{"rancher/system-agent-installer-rke2"}},
+	}
+	images = max(images, len(archives))
+	for ai, a := range archives {
+		ar := Archive{Group: a.group, Name: a.name}
+		for i, j := ai, 0; i < images; i, j = i+len(archives), j+1 {
+			repo := a.repos[j%len(a.repos)]
+			if j >= len(a.repos) {
+				repo = fmt.Sprintf("%s-%d", repo, j/len(a.repos))
+			}
+			ar.Images = append(ar.Images, Image{Ref: repo + ":" + a.tag, Shared: []string{"base"}, Layers: []Size{layerSize}})
 		}
-		s.Archives = append(s.Archives, a)
+		s.Archives = append(s.Archives, ar)
 	}
 	if rootfsSize > 0 {
 		s.Files = append(s.Files, File{Path: "rootfs.squashfs", Size: rootfsSize})
