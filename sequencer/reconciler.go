@@ -97,6 +97,7 @@ type Reconciler struct {
 	localService string
 	jobAccount   string
 	jobTimeout   time.Duration
+	compat       compatConfig
 }
 
 // Option configures a Reconciler.
@@ -236,6 +237,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if blocked != "" {
 			stall = blocked
 		}
+	}
+	if err := r.syncCompat(ctx, &plan, d.Status.Phase); err != nil {
+		log.Error("publish the repo for the product's scripts", "err", err)
+		return r.degrade(ctx, &plan, "CompatibilityFailed", err.Error())
 	}
 	if stall != "" {
 		// A drain blocked by a PodDisruptionBudget: the plan waits and says why, keeping the
@@ -859,7 +864,7 @@ func (r *Reconciler) cleanUp(ctx context.Context, plan *v1beta1.UpgradePlan) err
 			}
 		}
 	}
-	return nil
+	return r.removeCompat(ctx, plan)
 }
 
 func (r *Reconciler) recordInstalled(ctx context.Context, plan *v1beta1.UpgradePlan, o Observation) error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -47,6 +48,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	keepPods := fset.String("keep-pods", "", "label `selector` of the pods in --namespace that drains leave (the sequencer's own replicas)")
 	localService := fset.String("local-service", "", "`name` of the agents' Service with internalTrafficPolicy Local: node Jobs reach their node's agent at its cluster IP, without DNS")
 	jobAccount := fset.String("job-service-account", "", "`name` of the ServiceAccount the upgrade image's Jobs run as (the namespace's default when empty)")
+	compatNS := fset.String("compat-namespace", "", "compatibility mode: publish each plan's repo in this `namespace` (the product's, such as harvester-system) as the Service and Deployment upgrade-repo-PLAN its upgrade scripts look for; empty turns it off")
+	clusterDomain := fset.String("cluster-domain", "cluster.local", "the cluster's DNS `domain`, into which compatibility mode's Services point")
 	startTimeout := fset.Duration("start-timeout", 5*time.Minute, "how long to wait for the API server at start before giving up")
 	if help, err := parseFlags(fset, args); help || err != nil {
 		return err
@@ -84,6 +87,19 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(a.log.Handler()))
+	// What the sequencer creates or reads by name lives in its namespace, and in compatibility
+	// mode in the product's: cache only those.
+	services := map[string]cache.Config{ns: {}}
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
+		&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
+		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
+		&corev1.Service{}:            {Namespaces: services},
+	}
+	if *compatNS != "" {
+		services[*compatNS] = cache.Config{}
+		byObject[&appsv1.Deployment{}] = cache.ByObject{Namespaces: map[string]cache.Config{*compatNS: {}}}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
 		LeaderElection:          *leaderElect,
@@ -92,14 +108,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		// Give up the lease on shutdown so a new leader starts at once.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		// What the sequencer creates or reads by name lives in its namespace: cache only that.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
-			&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
-			&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
-			&corev1.Service{}:            {Namespaces: map[string]cache.Config{ns: {}}},
-		}},
-		HealthProbeBindAddress: *probeAddr,
+		Cache:                         cache.Options{ByObject: byObject},
+		HealthProbeBindAddress:        *probeAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -117,6 +127,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		sequencer.WithLocalService(*localService),
 		sequencer.WithJobServiceAccount(*jobAccount),
 		sequencer.WithJobTimeout(*jobTimeout),
+		sequencer.WithCompat(*compatNS),
+		sequencer.WithClusterDomain(*clusterDomain),
 	)
 	if err != nil {
 		return err
@@ -130,7 +142,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	a.log.Info("sequencer starting", "namespace", ns, "service", *service, "leaderElect", *leaderElect)
+	a.log.Info("sequencer starting", "namespace", ns, "service", *service, "leaderElect", *leaderElect, "compatNamespace", *compatNS)
 	start := time.Now()
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
