@@ -73,8 +73,12 @@ fuzz: deps ## Fuzz the ISO reader for FUZZTIME (default 10m).
 	$(GO) test ./iso -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x
 
 .PHONY: e2e
-e2e: ## Run the end-to-end test on a kind cluster (KIND_NODE_IMAGE picks the node image).
+e2e: ## Run every e2e test on a kind cluster of E2E_FORMATION (four; KIND_NODE_IMAGE picks the node image).
 	@bash hack/e2e.sh
+
+.PHONY: e2e-matrix
+e2e-matrix: ## Run TestUpgrade in every formation (single two three witness four), each on a fresh kind cluster.
+	@bash hack/e2e-matrix.sh
 
 ##@ Benchmarks
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -36,8 +37,12 @@ type cluster struct {
 	// cs is a client-go clientset and cl a controller-runtime client knowing the project's CRDs.
 	cs kubernetes.Interface
 	cl client.Client
-	// nodes are the cluster's nodes, control plane first.
+	// nodes are the cluster's nodes, management nodes first.
 	nodes []corev1.Node
+	// formation names the cluster's formation (hack/e2e.sh: single, two, three, witness, four).
+	formation string
+	// reboot says the test upgrade image reboots each node after its work.
+	reboot bool
 }
 
 var (
@@ -79,12 +84,17 @@ func connect(ctx context.Context) (*cluster, error) {
 		image:     getenv("E2E_IMAGE", "upgrade-repo:e2e"),
 		version:   os.Getenv("E2E_VERSION"),
 		artifacts: getenv("E2E_ARTIFACTS", os.TempDir()),
+		formation: getenv("E2E_FORMATION", "custom"),
+		reboot:    os.Getenv("E2E_REBOOT") == "1",
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("E2E_KUBECONFIG"))
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", os.Getenv("E2E_KUBECONFIG"), err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	// A node reboot takes the API server down for a minute or more: a call must fail, and be
+	// retried by its poll, rather than hang on a connection that went away with it.
+	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}).DialContext
 	if c.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
@@ -109,7 +119,7 @@ func connect(ctx context.Context) (*cluster, error) {
 		if len(nodes.Items) == 0 {
 			return errors.New("the cluster has no nodes")
 		}
-		c.nodes = sortControlPlaneFirst(nodes.Items)
+		c.nodes = sortManagementFirst(nodes.Items)
 		return nil
 	})
 	if err != nil {
@@ -118,13 +128,13 @@ func connect(ctx context.Context) (*cluster, error) {
 	return c, nil
 }
 
-// sortControlPlaneFirst orders nodes control plane first, then by name.
-func sortControlPlaneFirst(nodes []corev1.Node) []corev1.Node {
+// sortManagementFirst orders nodes management first, then by name.
+func sortManagementFirst(nodes []corev1.Node) []corev1.Node {
 	out := make([]corev1.Node, 0, len(nodes))
-	for _, cp := range []bool{true, false} {
+	for _, mgmt := range []bool{true, false} {
 		var part []corev1.Node
 		for _, n := range nodes {
-			if isControlPlane(n) == cp {
+			if isManagement(n) == mgmt {
 				part = append(part, n)
 			}
 		}
@@ -138,9 +148,22 @@ func sortControlPlaneFirst(nodes []corev1.Node) []corev1.Node {
 	return out
 }
 
-func isControlPlane(n corev1.Node) bool {
-	_, ok := n.Labels["node-role.kubernetes.io/control-plane"]
-	return ok
+// managementLabels are the labels of a management node (Harvester's control-plane, etcd and
+// witness nodes): the sequencer upgrades those one at a time, before the others.
+var managementLabels = []string{
+	"node-role.kubernetes.io/control-plane",
+	"node-role.kubernetes.io/master",
+	"node-role.kubernetes.io/etcd",
+}
+
+// isManagement reports whether n carries a management label.
+func isManagement(n corev1.Node) bool {
+	for _, l := range managementLabels {
+		if _, ok := n.Labels[l]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // internalIP returns the node's InternalIP, which the host reaches kind nodes on.
@@ -155,13 +178,20 @@ func internalIP(t *testing.T, n corev1.Node) string {
 	return ""
 }
 
+// attemptTimeout bounds one attempt of a poll, so a call that hangs while the API server is
+// down (a node reboot) is given up and retried.
+const attemptTimeout = 2 * time.Minute
+
 // poll calls check every interval until it returns nil or ctx ends; the error then names the
-// last failure, so a timeout says what was still wrong.
+// last failure, so a timeout says what was still wrong. Each call of check gets at most
+// attemptTimeout.
 func poll(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		err := check(ctx)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := check(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}

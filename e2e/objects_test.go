@@ -138,11 +138,19 @@ func hostDir(name, p string) corev1.Volume {
 	}}
 }
 
-// eventuallyDeploymentReady waits until every replica of the Deployment is ready and current.
+// eventuallyDeploymentReady waits until every replica of the Deployment in the test namespace
+// is ready and current.
 func eventuallyDeploymentReady(t *testing.T, c *cluster, name string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "deployment "+name+" ready", func(ctx context.Context) error {
-		d, err := c.cs.AppsV1().Deployments(c.namespace).Get(ctx, name, metav1.GetOptions{})
+	eventuallyDeploymentReadyIn(t, c, c.namespace, name, timeout)
+}
+
+// eventuallyDeploymentReadyIn waits until every replica of the Deployment namespace/name is ready
+// and current.
+func eventuallyDeploymentReadyIn(t *testing.T, c *cluster, namespace, name string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "deployment "+namespace+"/"+name+" ready", func(ctx context.Context) error {
+		d, err := c.cs.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

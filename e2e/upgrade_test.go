@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,13 +53,17 @@ type upgradeWatch struct {
 	agentDeleted string
 }
 
-// TestUpgrade runs a whole upgrade on the cluster. The agents are turned into agents that follow
-// the UpgradePlans, with the ISO left in the seed nodes' cache only. A Version naming the release
-// ISO at the in-cluster origin and an UpgradePlan with the test upgrade image go through every
-// phase to Succeeded, and an agent pod is deleted in the middle of ImagePreloading. Then every
-// agent got the ISO (from its cache or its peers), every node's containerd holds the release's
-// images, the upgrade image ran once on every node, control-plane nodes were cordoned, upgraded
-// and uncordoned before the workers, one node at a time, and every node is schedulable again.
+// TestUpgrade runs a whole upgrade on the cluster, whatever its formation (hack/e2e.sh). The
+// agents are turned into agents that follow the UpgradePlans, with the ISO left in the seed
+// node's cache only. A Version naming the release ISO at the in-cluster origin and an
+// UpgradePlan with the test upgrade image go through every phase to Succeeded; with more than one
+// node, an agent pod is deleted in the middle of ImagePreloading. The test upgrade image reboots
+// each node after its work (E2E_REBOOT=1), as a release's node step does. Then every agent got
+// the ISO (from its cache or its peers), every node's containerd holds the release's images, the
+// upgrade image did its work once on every node and the node rebooted exactly once, management
+// nodes were cordoned, upgraded and uncordoned one at a time before the others, every node is
+// Ready and schedulable again, and CoreDNS and the origin (a workload the drains moved) are Ready.
+// The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
 func TestUpgrade(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
@@ -83,10 +91,10 @@ func TestUpgrade(t *testing.T) {
 
 	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: upgradePlanName}})
 	for _, n := range c.nodes {
-		node, err := c.cs.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
-		require.NoError(t, err)
+		node := getNode(t, c, n.Name)
 		require.False(t, node.Spec.Unschedulable, "node %s is cordoned before the upgrade (hack/e2e.sh uncordons every node)", n.Name)
 	}
+	t.Logf("formation %s: %d nodes (%s), node reboots expected: %t", c.formation, len(c.nodes), describeNodes(c.nodes), c.reboot)
 	recreate(t, c, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: installedConfigMap, Namespace: c.namespace},
 		Data:       map[string]string{"version": meta.MinUpgradableVersion},
@@ -95,6 +103,8 @@ func TestUpgrade(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: meta.Harvester},
 		Spec:       apiv1beta1.VersionSpec{ISOURL: originURL(c), ISOChecksum: rel.checksum},
 	})
+	// Node containers started from here on are reboots (the upgrade image's).
+	boots := watchNodeContainers(t, c)
 	start := time.Now()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: upgradePlanName},
@@ -123,8 +133,11 @@ func TestUpgrade(t *testing.T) {
 
 	var plan apiv1beta1.UpgradePlan
 	lastPhase := apiv1beta1.Phase("")
+	// Generous: every node drains and reboots, and a reboot of the kind control plane takes the
+	// API server away for a minute or more.
+	timeout := 10*time.Minute + time.Duration(len(c.nodes))*6*time.Minute
 	err := func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
 		return poll(ctx, time.Second, func(ctx context.Context) error {
 			if err := c.cl.Get(ctx, client.ObjectKey{Name: upgradePlanName}, &plan); err != nil {
@@ -165,6 +178,7 @@ func TestUpgrade(t *testing.T) {
 			seen = append(seen, p.Phase)
 		}
 		t.Logf("total: %s", ts[len(ts)-1].PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second))
+		writePhaseTimings(t, c, ts)
 		for _, p := range []apiv1beta1.Phase{
 			apiv1beta1.PhaseInitializing, apiv1beta1.PhaseISODownloading, apiv1beta1.PhaseRepoCreating,
 			apiv1beta1.PhaseMetadataPopulating, apiv1beta1.PhaseImagePreloading, apiv1beta1.PhaseClusterUpgrading,
@@ -192,6 +206,9 @@ func TestUpgrade(t *testing.T) {
 	})
 
 	t.Run("an agent pod deleted during ImagePreloading", func(t *testing.T) {
+		if len(c.nodes) == 1 {
+			t.Skip("one node: its agent is the seed and preloads alone, there is no other node's agent to delete")
+		}
 		w.mu.Lock()
 		node := w.agentDeleted
 		w.mu.Unlock()
@@ -216,7 +233,7 @@ func TestUpgrade(t *testing.T) {
 		}
 	})
 
-	t.Run("the upgrade image ran on every node, control plane first", func(t *testing.T) {
+	t.Run("the upgrade image did its work once on every node, management nodes first", func(t *testing.T) {
 		ran := map[string]time.Time{}
 		for _, n := range c.nodes {
 			var out string
@@ -238,13 +255,59 @@ func TestUpgrade(t *testing.T) {
 				}
 				lines++
 			}
-			require.Equal(t, 1, lines, "the upgrade image ran once on %s: %q", n.Name, out)
+			require.Equal(t, 1, lines, "the upgrade image did its work once on %s: %q", n.Name, out)
 			t.Logf("%s: upgraded at %s", n.Name, ran[n.Name].Format(time.RFC3339Nano))
 		}
-		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) { return ran[node], ran[node] })
+		requireManagementFirst(t, c, func(node string) (time.Time, time.Time) { return ran[node], ran[node] })
 	})
 
-	t.Run("nodes were cordoned one at a time, control plane first, and uncordoned", func(t *testing.T) {
+	t.Run("every node rebooted exactly once", func(t *testing.T) {
+		if !c.reboot {
+			t.Skip("E2E_REBOOT is not 1: the test upgrade image does not reboot")
+		}
+		starts := boots.stop()
+		for _, n := range c.nodes {
+			got := starts[n.Name]
+			t.Logf("%s: container started %d times during the plan %v", n.Name, len(got), got)
+			require.Len(t, got, 1, "node %s rebooted once", n.Name)
+			require.True(t, got[0].After(start), "node %s restarted during the plan", n.Name)
+			w.mu.Lock()
+			j := w.jobs[n.Name]
+			w.mu.Unlock()
+			require.NotNil(t, j.Status.StartTime, "node Job of %s never started", n.Name)
+			require.True(t, !got[0].Before(j.Status.StartTime.Add(-time.Second)),
+				"node %s rebooted at %s, before its Job started at %s", n.Name, got[0], j.Status.StartTime)
+			t.Logf("%s: node Job %s: %d pods failed (the reboot kills the first), %d succeeded", n.Name, j.Name, j.Status.Failed, j.Status.Succeeded)
+		}
+		if b, err := os.ReadFile(c.artifacts + "/node-restarts.log"); err == nil && len(b) > 0 {
+			t.Logf("node containers the harness started (docker did not restart them):\n%s", b)
+		}
+	})
+
+	t.Run("every node is Ready and schedulable, CoreDNS and the origin are Ready", func(t *testing.T) {
+		for _, n := range c.nodes {
+			eventually(t, 5*time.Minute, "node "+n.Name+" Ready and schedulable", func(ctx context.Context) error {
+				node, err := c.cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if node.Spec.Unschedulable {
+					return fmt.Errorf("node %s is cordoned", n.Name)
+				}
+				for _, cond := range node.Status.Conditions {
+					if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+						return nil
+					}
+				}
+				return fmt.Errorf("node %s is not Ready", n.Name)
+			})
+		}
+		eventuallyDeploymentReadyIn(t, c, "kube-system", "coredns", 5*time.Minute)
+		eventuallyDeploymentReady(t, c, originName, 5*time.Minute)
+		waitDaemonSetReady(t, c, c.release+"-agent", 5*time.Minute)
+	})
+
+	t.Run("nodes were cordoned one at a time, management nodes first, and uncordoned", func(t *testing.T) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, n := range c.nodes {
@@ -257,37 +320,175 @@ func TestUpgrade(t *testing.T) {
 			t.Logf("%s: cordoned %s, Job %s → %s, uncordoned %s", n.Name, w.cordoned[n.Name].Format(time.TimeOnly),
 				j.Status.StartTime.Format(time.TimeOnly), j.Status.CompletionTime.Format(time.TimeOnly), w.uncordoned[n.Name].Format(time.TimeOnly))
 		}
-		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) {
+		jobSpan := func(node string) (time.Time, time.Time) {
 			j := w.jobs[node]
 			return j.Status.StartTime.Time, j.Status.CompletionTime.Time
-		})
-		requireControlPlaneFirst(t, c, func(node string) (time.Time, time.Time) { return w.cordoned[node], w.uncordoned[node] })
-		for _, n := range c.nodes {
-			node, err := c.cs.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
-			require.NoError(t, err)
-			require.False(t, node.Spec.Unschedulable, "node %s is still cordoned", n.Name)
 		}
+		cordonSpan := func(node string) (time.Time, time.Time) { return w.cordoned[node], w.uncordoned[node] }
+		requireManagementFirst(t, c, jobSpan)
+		requireManagementFirst(t, c, cordonSpan)
+		// One at a time: the plan leaves nodeUpgradeOption.concurrency at its default, 1.
+		requireOneAtATime(t, c, cordonSpan)
 	})
 }
 
-// requireControlPlaneFirst checks that every control-plane node finished its upgrade before any
-// worker started its own; span gives a node's start and end.
-func requireControlPlaneFirst(t *testing.T, c *cluster, span func(node string) (time.Time, time.Time)) {
+// requireManagementFirst checks that every management node finished its upgrade before any other
+// node started its own; span gives a node's start and end.
+func requireManagementFirst(t *testing.T, c *cluster, span func(node string) (time.Time, time.Time)) {
 	t.Helper()
-	for _, cp := range c.nodes {
-		if !isControlPlane(cp) {
+	for _, m := range c.nodes {
+		if !isManagement(m) {
 			continue
 		}
-		_, cpEnd := span(cp.Name)
+		_, mEnd := span(m.Name)
 		for _, wk := range c.nodes {
-			if isControlPlane(wk) {
+			if isManagement(wk) {
 				continue
 			}
 			wkStart, _ := span(wk.Name)
-			require.False(t, wkStart.Before(cpEnd), "worker %s (started %s) was upgraded before control-plane node %s finished (%s)",
-				wk.Name, wkStart.Format(time.RFC3339Nano), cp.Name, cpEnd.Format(time.RFC3339Nano))
+			require.False(t, wkStart.Before(mEnd), "worker %s (started %s) was upgraded before management node %s finished (%s)",
+				wk.Name, wkStart.Format(time.RFC3339Nano), m.Name, mEnd.Format(time.RFC3339Nano))
 		}
 	}
+}
+
+// requireOneAtATime checks that no two nodes' spans overlap.
+func requireOneAtATime(t *testing.T, c *cluster, span func(node string) (time.Time, time.Time)) {
+	t.Helper()
+	for i, a := range c.nodes {
+		aStart, aEnd := span(a.Name)
+		for _, b := range c.nodes[i+1:] {
+			bStart, bEnd := span(b.Name)
+			require.False(t, aStart.Before(bEnd) && bStart.Before(aEnd), "nodes %s (%s → %s) and %s (%s → %s) were upgraded at the same time",
+				a.Name, aStart.Format(time.TimeOnly), aEnd.Format(time.TimeOnly), b.Name, bStart.Format(time.TimeOnly), bEnd.Format(time.TimeOnly))
+		}
+	}
+}
+
+// getNode gets a node, retrying while the API server is away.
+func getNode(t *testing.T, c *cluster, name string) *corev1.Node {
+	t.Helper()
+	var node *corev1.Node
+	eventually(t, 3*time.Minute, "get node "+name, func(ctx context.Context) error {
+		var err error
+		node, err = c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	return node
+}
+
+// describeNodes names each node with its role: management (m), witness (w) or worker.
+func describeNodes(nodes []corev1.Node) string {
+	var parts []string
+	for _, n := range nodes {
+		role := "worker"
+		switch {
+		case n.Labels["node-role.harvesterhci.io/witness"] == "true":
+			role = "witness"
+		case isManagement(n):
+			role = "management"
+		}
+		parts = append(parts, n.Name+"="+role)
+	}
+	return strings.Join(parts, " ")
+}
+
+// mainPhases are the phases the phase timings report, in order; each lasts until the next begins
+// (its "-ed" phase included).
+var mainPhases = []apiv1beta1.Phase{
+	apiv1beta1.PhaseInitializing, apiv1beta1.PhaseISODownloading, apiv1beta1.PhaseRepoCreating,
+	apiv1beta1.PhaseMetadataPopulating, apiv1beta1.PhaseImagePreloading, apiv1beta1.PhaseClusterUpgrading,
+	apiv1beta1.PhaseNodeUpgrading, apiv1beta1.PhaseCleaningUp,
+}
+
+// writePhaseTimings writes the seconds the plan spent in each main phase to
+// E2E_ARTIFACTS/phases-FORMATION.tsv: a header line and one line for the formation, which
+// hack/e2e-matrix.sh gathers into a table.
+func writePhaseTimings(t *testing.T, c *cluster, ts []apiv1beta1.PhaseTransitionTimestamp) {
+	t.Helper()
+	at := map[apiv1beta1.Phase]time.Time{}
+	for _, p := range ts {
+		if _, ok := at[p.Phase]; !ok {
+			at[p.Phase] = p.PhaseTransitionTimestamp.Time
+		}
+	}
+	header := []string{"formation", "nodes"}
+	row := []string{c.formation, strconv.Itoa(len(c.nodes))}
+	ends := append(slices.Clone(mainPhases[1:]), apiv1beta1.PhaseSucceeded)
+	for i, p := range mainPhases {
+		header = append(header, string(p))
+		begin, ok1 := at[p]
+		end, ok2 := at[ends[i]]
+		if !ok1 || !ok2 {
+			row = append(row, "-")
+			continue
+		}
+		row = append(row, strconv.Itoa(int(end.Sub(begin).Round(time.Second).Seconds())))
+	}
+	header = append(header, "total")
+	row = append(row, strconv.Itoa(int(ts[len(ts)-1].PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second).Seconds())))
+	out := strings.Join(header, "\t") + "\n" + strings.Join(row, "\t") + "\n"
+	p := filepath.Join(c.artifacts, "phases-"+c.formation+".tsv")
+	require.NoError(t, os.WriteFile(p, []byte(out), 0o644))
+	t.Logf("phase timings written to %s", p)
+}
+
+// nodeBoots records, from docker's event stream, when each node container of the cluster started
+// (a node reboot in kind: the container exits and is started again).
+type nodeBoots struct {
+	mu     sync.Mutex
+	starts map[string][]time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchNodeContainers follows docker's start and die events of the cluster's node containers
+// until stop, or the end of the test.
+func watchNodeContainers(t *testing.T, c *cluster) *nodeBoots {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	b := &nodeBoots{starts: map[string][]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	// --since replays what happened between now and the subscription, so no start is missed.
+	cmd := exec.CommandContext(ctx, "docker", "events", "--since", strconv.FormatInt(time.Now().Unix(), 10),
+		"--filter", "type=container", "--filter", "event=start", "--filter", "event=die",
+		"--filter", "label=io.x-k8s.kind.cluster="+c.name,
+		"--format", "{{.TimeNano}} {{.Action}} {{.Actor.Attributes.name}} {{.Actor.Attributes.exitCode}}")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start(), "docker events")
+	go func() {
+		defer close(b.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) < 3 {
+				continue
+			}
+			ns, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				continue
+			}
+			at := time.Unix(0, ns)
+			t.Logf("node container %s: %s at %s %s", f[2], f[1], at.Format(time.TimeOnly), strings.Join(f[3:], " "))
+			if f[1] == "start" {
+				b.mu.Lock()
+				b.starts[f[2]] = append(b.starts[f[2]], at)
+				b.mu.Unlock()
+			}
+		}
+		_ = cmd.Wait() // killed by stop
+	}()
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+// stop ends the watch and returns the starts seen, by node container.
+func (b *nodeBoots) stop() map[string][]time.Time {
+	b.cancel()
+	<-b.done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.starts)
 }
 
 // observe records what the plan's progress shows: the RepoNodes' preload state
@@ -323,7 +524,8 @@ func (w *upgradeWatch) observe(ctx context.Context, t *testing.T, c *cluster, pl
 	}
 }
 
-// deleteAgentWhilePreloading deletes, once, the agent pod of a worker while that worker preloads.
+// deleteAgentWhilePreloading deletes, once, the agent pod of a node other than the seed while
+// that node preloads.
 func (w *upgradeWatch) deleteAgentWhilePreloading(ctx context.Context, t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
 	w.mu.Lock()
 	done := w.agentDeleted != ""
@@ -331,8 +533,9 @@ func (w *upgradeWatch) deleteAgentWhilePreloading(ctx context.Context, t *testin
 	if done {
 		return
 	}
+	rel := releaseISO(t)
 	for _, n := range c.nodes {
-		if isControlPlane(n) {
+		if rel.seeds[n.Name] {
 			continue
 		}
 		if plan.Status.NodeUpgradeStatuses[n.Name].State != apiv1beta1.NodeImagePreloading {

@@ -1,34 +1,74 @@
 #!/usr/bin/env bash
-# e2e.sh: the end-to-end test on a kind cluster (`make e2e`).
-#   1. creates the kind cluster, or reuses it when it exists (node image from KIND_NODE_IMAGE);
+# e2e.sh [run|build]: the end-to-end test on a kind cluster (`make e2e`).
+#   build: only step 2 (images and release ISO into e2e/_artifacts), for hack/e2e-matrix.sh.
+#   run (default):
+#   1. creates the kind cluster of the formation E2E_FORMATION, or reuses it when it exists with
+#      that formation (node image from KIND_NODE_IMAGE), and gives the nodes their roles;
 #   2. builds the project image and the tests' images (origin, test upgrade image) FROM scratch and
-#      `kind load`s them into every node;
+#      the release ISO with `upgrade-repo release pack` (skipped with E2E_PREBUILT=1: the last
+#      build's, described by e2e/_artifacts/build.env), and `kind load`s the images into every node;
 #   3. on a reused cluster, removes what a previous run left;
-#   4. builds the release ISO with `upgrade-repo release pack` and puts it on one node only;
+#   4. puts the release ISO on one node only (the kind control plane);
 #   5. installs the Helm chart (helm at the pinned version, installed into bin/ on first use);
-#   6. runs the Go tests of e2e/ against the cluster;
+#   6. runs the Go tests of e2e/ against the cluster, with a watcher that starts a node container
+#      again if it stays stopped after its upgrade step rebooted it;
 #   on failure, dumps pod logs, events, and the RepoNodes, Versions and UpgradePlans; deletes the
 #   cluster unless E2E_KEEP=1.
-# env: KIND_NODE_IMAGE, E2E_CLUSTER (upgrade-repo-e2e), E2E_WORKERS (2), E2E_KEEP, E2E_RUN (a
-#      go test -run pattern), E2E_TIMEOUT (go test timeout, 25m).
+#
+# Formations (E2E_FORMATION, default four). Management nodes beyond the kind control plane are kind
+# workers with the labels Harvester's management nodes carry (control-plane, etcd and master set to
+# "true", no taint); the kind control plane keeps kind's NoSchedule taint (removed by kind when it
+# is the only node). A witness node is a worker labelled etcd=true and harvesterhci.io/witness=true,
+# tainted node-role.kubernetes.io/etcd=true:NoExecute.
+#   single   the kind control plane alone
+#   two      the kind control plane and one worker
+#   three    three management nodes (the control plane and two management workers)
+#   witness  two management nodes and a witness node
+#   four     three management nodes and one worker
+#
+# env: KIND_NODE_IMAGE, E2E_FORMATION (four), E2E_CLUSTER (upgrade-repo-e2e), E2E_KEEP,
+#      E2E_FRESH (1: delete an existing cluster first), E2E_PREBUILT, E2E_RUN (a go test -run
+#      pattern), E2E_TIMEOUT (go test timeout, 60m), E2E_REBOOT (1: the test upgrade image reboots
+#      each node after its work; 0: it does not), E2E_STEP_REPO (require: the test upgrade image
+#      must read the release's metadata from the repo the sequencer gives it; try; skip).
 # kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
 # there first, as it matches the offline node image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+mode=${1:-run}
 start=$(date +%s)
+formation=${E2E_FORMATION:-four}
 cluster=${E2E_CLUSTER:-upgrade-repo-e2e}
-workers=${E2E_WORKERS:-2}
 namespace=upgrade-repo-system
 release=upgrade-repo
 artifacts=$root/e2e/_artifacts
 kubeconfig=$artifacts/kubeconfig
-version=e2e-$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 image=upgrade-repo:e2e
 test_image=upgrade-repo-e2e-testimage:e2e
 upgrade_image=upgrade-repo-e2e-upgrade:e2e
+reboot=${E2E_REBOOT:-1}
+step_repo=${E2E_STEP_REPO:-require}
 offline_bin=${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline/bin
-log() { echo "[e2e $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
+log() { echo "[e2e${formation:+ $formation} $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
+
+# roles FORMATION: one line per node after the kind control plane: "management", "witness" or
+# "worker"; fails for an unknown formation.
+roles() {
+  case $1 in
+    single) ;;
+    two) echo worker ;;
+    three) printf '%s\n' management management ;;
+    witness) printf '%s\n' management witness ;;
+    four) printf '%s\n' management management worker ;;
+    *) return 1 ;;
+  esac
+}
+case $mode in
+  run) roles "$formation" >/dev/null || { log "unknown E2E_FORMATION=$formation (single, two, three, witness, four)"; exit 2; } ;;
+  build) formation="" ;;
+  *) log "unknown mode $mode (run or build)"; exit 2 ;;
+esac
 
 for tool in kind kubectl; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -56,13 +96,56 @@ retry() {
   done
 }
 
+# build: the images and the release ISO, described in $artifacts/build.env for later runs.
+build() {
+  local version
+  version=e2e-$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+  VERSION=$version bash hack/image.sh "$image"
+  # The tests' own image (e2e/testimage: the in-cluster origin, the test upgrade image), FROM scratch.
+  local ctx builder=()
+  ctx=$(mktemp -d)
+  (cd e2e && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$ctx/testimage" ./testimage)
+  printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage"]\n' > "$ctx/Dockerfile"
+  docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
+  "${builder[@]}" docker build -q -t "$test_image" "$ctx" > "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $test_image failed: see $artifacts/testimage-build.log"; exit 1; }
+  # The test upgrade image: the same program, run as `testimage upgrade` by the sequencer's Jobs,
+  # which give it no arguments.
+  local reboot_flag=true
+  [ "$reboot" = 1 ] || reboot_flag=false
+  printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage", "upgrade", "--repo=%s", "--reboot=%s"]\n' "$step_repo" "$reboot_flag" > "$ctx/Dockerfile"
+  "${builder[@]}" docker build -q -t "$upgrade_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $upgrade_image failed: see $artifacts/testimage-build.log"; exit 1; }
+  rm -rf "$ctx"
+  # The release ISO, built by `release pack` from e2e/testdata/release.yaml; the same build as
+  # hack/image.sh's, so it comes from the build cache.
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
+  local rel=$artifacts/release
+  rm -rf "$rel"
+  mkdir -p "$rel"
+  "$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
+  mv "$rel/release.json.tmp" "$rel/release.json"
+  {
+    echo "version=$version"
+    echo "sum=$(sha512sum "$rel/release.iso" | cut -d' ' -f1)"
+    echo "reboot=$reboot"
+    echo "step_repo=$step_repo"
+  } > "$artifacts/build.env"
+  log "built $image ($version), $test_image, $upgrade_image (reboot=$reboot, repo=$step_repo) and the release ISO"
+}
+
+if [ "$mode" = build ]; then
+  build
+  exit 0
+fi
+
+watcher=""
 dump() {
   log "collecting state into $artifacts"
   local d=$artifacts/dump
   rm -rf "$d"
   mkdir -p "$d"
-  kubectl get nodes -o wide > "$d/nodes.txt" 2>&1 || true
+  kubectl get nodes -o wide --show-labels > "$d/nodes.txt" 2>&1 || true
   kubectl get pods -A -o wide > "$d/pods.txt" 2>&1 || true
+  kubectl get jobs -A -o wide > "$d/jobs.txt" 2>&1 || true
   kubectl get events -A --sort-by=.lastTimestamp > "$d/events.txt" 2>&1 || true
   kubectl -n "$namespace" describe pods > "$d/describe-pods.txt" 2>&1 || true
   local r
@@ -74,6 +157,12 @@ dump() {
     kubectl -n "$namespace" logs "$p" --all-containers --timestamps > "$d/logs-${p#pod/}.txt" 2>&1 || true
     kubectl -n "$namespace" logs "$p" --all-containers --timestamps --previous > "$d/logs-${p#pod/}-previous.txt" 2>/dev/null || true
   done
+  local n
+  for n in $(kind get nodes --name "$cluster" 2>/dev/null); do
+    docker inspect -f '{{.Name}} running={{.State.Running}} restarts={{.RestartCount}} started={{.State.StartedAt}} ip={{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$n" >> "$d/node-containers.txt" 2>&1 || true
+    docker exec "$n" journalctl -u kubelet --no-pager -n 300 > "$d/kubelet-$n.txt" 2>&1 || true
+  done
+  echo "----- nodes" >&2; cat "$d/nodes.txt" "$d/node-containers.txt" >&2
   echo "----- pods" >&2; cat "$d/pods.txt" >&2
   echo "----- events in $namespace (last 40)" >&2; grep -E "^($namespace|NAMESPACE) " "$d/events.txt" | tail -40 >&2 || true
   echo "----- upgradeplans" >&2; cat "$d/upgradeplans.yaml" >&2
@@ -86,6 +175,7 @@ dump() {
 
 cleanup() {
   local rc=$?
+  if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true; fi
   if [ "$rc" -ne 0 ]; then dump || true; fi
   if [ "${E2E_KEEP:-0}" = 1 ]; then
     log "keeping cluster $cluster (KUBECONFIG=$kubeconfig)"
@@ -99,41 +189,67 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# 1. The cluster.
+# 1. The cluster of the formation. Every node carries upgrade-repo-e2e/formation, so a cluster of
+# another formation is not reused; the nodes beyond the control plane carry upgrade-repo-e2e/role.
+mapfile -t node_roles < <(roles "$formation")
+want_nodes=$(( ${#node_roles[@]} + 1 ))
+if [ "${E2E_FRESH:-0}" = 1 ] && kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+  log "deleting the existing cluster $cluster (E2E_FRESH=1)"
+  kind delete cluster --name "$cluster" >/dev/null 2>&1
+fi
 if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
-  log "reusing cluster $cluster"
   kind export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null
-else
+  have=$(retry 6 kubectl get nodes -l "upgrade-repo-e2e/formation=$formation" -o name | wc -l)
+  if [ "$have" -ne "$want_nodes" ] || [ "$(kind get nodes --name "$cluster" | wc -l)" -ne "$want_nodes" ]; then
+    log "cluster $cluster is not of formation $formation: deleting it"
+    kind delete cluster --name "$cluster" >/dev/null 2>&1
+  else
+    log "reusing cluster $cluster"
+  fi
+fi
+created=0
+if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   config=$artifacts/kind-config.yaml
-  { echo 'kind: Cluster'; echo 'apiVersion: kind.x-k8s.io/v1alpha4'; echo 'nodes:'; echo '- role: control-plane'
-    for _ in $(seq 1 "$workers"); do echo '- role: worker'; done; } > "$config"
+  {
+    echo 'kind: Cluster'; echo 'apiVersion: kind.x-k8s.io/v1alpha4'; echo 'nodes:'
+    echo '- role: control-plane'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"
+    for r in "${node_roles[@]}"; do
+      echo '- role: worker'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"; echo "    upgrade-repo-e2e/role: $r"
+    done
+  } > "$config"
   node_image=()
   [ -n "${KIND_NODE_IMAGE:-}" ] && node_image=(--image "$KIND_NODE_IMAGE")
-  log "creating cluster $cluster (1 control plane, $workers workers${KIND_NODE_IMAGE:+, $KIND_NODE_IMAGE})"
+  log "creating cluster $cluster: formation $formation, 1 control plane + ${#node_roles[@]} workers (${node_roles[*]:-none})${KIND_NODE_IMAGE:+, $KIND_NODE_IMAGE}"
+  t0=$(date +%s)
   if ! kind create cluster --name "$cluster" "${node_image[@]}" --config "$config" --kubeconfig "$kubeconfig" --wait 5m; then
     log "cluster creation failed; one more attempt from scratch"
     kind delete cluster --name "$cluster" >/dev/null 2>&1 || true
     kind create cluster --name "$cluster" "${node_image[@]}" --config "$config" --kubeconfig "$kubeconfig" --wait 5m
   fi
+  created=1
+  log "cluster created in $(( $(date +%s) - t0 ))s"
 fi
+# The roles, as Harvester's nodes carry them. The kubelet may not set node-role.kubernetes.io labels
+# on its own node, hence kubectl. Idempotent, so a reused cluster gets them too.
+retry 10 kubectl label nodes --overwrite -l upgrade-repo-e2e/role=management \
+  node-role.kubernetes.io/control-plane=true node-role.kubernetes.io/etcd=true node-role.kubernetes.io/master=true >/dev/null
+retry 10 kubectl label nodes --overwrite -l upgrade-repo-e2e/role=witness \
+  node-role.kubernetes.io/etcd=true node-role.harvesterhci.io/witness=true >/dev/null
+retry 10 kubectl taint nodes --overwrite -l upgrade-repo-e2e/role=witness node-role.kubernetes.io/etcd=true:NoExecute >/dev/null
 retry 30 kubectl wait --for=condition=Ready nodes --all --timeout=60s >/dev/null
+# CoreDNS may have been evicted from a witness node just now: wait for it to be back.
 retry 30 kubectl -n kube-system wait --for=condition=Ready pods --all --timeout=60s >/dev/null
-log "cluster ready: $(kubectl get nodes --no-headers | wc -l) nodes"
+log "cluster ready: $(kubectl get nodes --no-headers | wc -l) nodes ($formation)"
+echo "$formation" > "$artifacts/formation"
 
-# 2. The image, into every node's containerd.
-VERSION=$version bash hack/image.sh "$image"
-# The tests' own image (e2e/testimage: the in-cluster origin, the test upgrade image), FROM scratch.
-ctx=$(mktemp -d)
-(cd e2e && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$ctx/testimage" ./testimage)
-printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage"]\n' > "$ctx/Dockerfile"
-builder=()
-docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
-"${builder[@]}" docker build -q -t "$test_image" "$ctx" > "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $test_image failed: see $artifacts/testimage-build.log"; exit 1; }
-# The test upgrade image: the same program, run as `testimage upgrade` by the sequencer's Jobs,
-# which give it no arguments.
-printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage", "upgrade"]\n' > "$ctx/Dockerfile"
-"${builder[@]}" docker build -q -t "$upgrade_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $upgrade_image failed: see $artifacts/testimage-build.log"; exit 1; }
-rm -rf "$ctx"
+# 2. The images and the release ISO, into every node.
+if [ "${E2E_PREBUILT:-0}" = 1 ] && [ -s "$artifacts/build.env" ]; then
+  log "using the images and release ISO built before (E2E_PREBUILT=1)"
+else
+  build
+fi
+# shellcheck source=/dev/null # written by build
+. "$artifacts/build.env"
 retry 3 kind load docker-image "$image" "$test_image" "$upgrade_image" --name "$cluster" >/dev/null
 log "images $image ($version), $test_image and $upgrade_image loaded"
 
@@ -142,28 +258,22 @@ log "images $image ($version), $test_image and $upgrade_image loaded"
 helm=$(bash hack/verify-chart.sh tools)
 # helm notes each link it follows into manifests/ (the chart's CRDs and roles) on stderr.
 helmq() { "$helm" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
-if "$helm" status "$release" -n "$namespace" >/dev/null 2>&1; then
-  log "removing the previous installation"
-  "$helm" uninstall "$release" -n "$namespace" --wait --timeout 3m >/dev/null || true
+if [ "$created" = 0 ]; then
+  if "$helm" status "$release" -n "$namespace" >/dev/null 2>&1; then
+    log "removing the previous installation"
+    "$helm" uninstall "$release" -n "$namespace" --wait --timeout 3m >/dev/null || true
+  fi
+  kubectl delete namespace "$namespace" --ignore-not-found --wait --timeout=3m >/dev/null
+  for r in upgradeplans versions reponodes; do
+    kubectl delete "$r.management.harvesterhci.io" --all --ignore-not-found >/dev/null 2>&1 || true
+  done
+  # An upgrade cut short may have left a node cordoned.
+  retry 3 kubectl uncordon $(kind get nodes --name "$cluster") >/dev/null
 fi
-kubectl delete namespace "$namespace" --ignore-not-found --wait --timeout=3m >/dev/null
-for r in upgradeplans versions reponodes; do
-  kubectl delete "$r.management.harvesterhci.io" --all --ignore-not-found >/dev/null 2>&1 || true
-done
-# An upgrade cut short may have left a node cordoned.
-retry 3 kubectl uncordon $(kind get nodes --name "$cluster") >/dev/null
 
-# 4. The release ISO, built by `release pack` from e2e/testdata/release.yaml, placed into the agent
-# cache of the seed node only. The agents are pointed at an origin that does not answer until a
-# test deploys it: the other nodes get the ISO from their peers.
-# The same build as hack/image.sh's, so it comes from the build cache.
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
+# 4. The release ISO into the agent cache of the seed node only. The agents are pointed at an
+# origin that does not answer until a test deploys it: the other nodes get the ISO from their peers.
 rel=$artifacts/release
-rm -rf "$rel"
-mkdir -p "$rel"
-"$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
-mv "$rel/release.json.tmp" "$rel/release.json"
-sum=$(sha512sum "$rel/release.iso" | cut -d' ' -f1)
 refs=$(cat "$rel"/tree/bundle/*/images-lists/*.txt "$rel"/tree/bundle/*/images/*.txt 2>/dev/null | grep -v '^#' | sort -u || true)
 cache=/var/lib/upgrade-repo-e2e/agent
 seed=""
@@ -179,20 +289,50 @@ docker cp "$rel/release.iso" "$seed:$cache/$sum.iso"
 log "release ISO ($(stat -c %s "$rel/release.iso") bytes, sha512 ${sum:0:16}...) placed on $seed only"
 
 # 5. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
-# that node's own agent: the tests reach every agent through the Service from the host.
+# that node's own agent: the tests reach every agent through the Service from the host. The
+# sequencer may run on the kind control plane too, so its two replicas can spread.
 retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
   --set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
   --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
+  --set sequencer.tolerateControlPlane=true \
   --set log.level=debug >/dev/null
 log "chart installed as $release in $namespace"
 
-# 6. The tests.
+# 6. The tests. A node's upgrade step reboots it: in kind its container exits and docker restarts
+# it (kind's restart policy is on-failure:1, so only once in the container's life). Should a
+# node container stay stopped, the watcher starts it again, as a machine's firmware would boot it;
+# every start is logged to node-restarts.log.
+watch_nodes() {
+  local n state down=()
+  declare -A since=()
+  while sleep 2; do
+    for n in $(docker ps -a --filter "label=io.x-k8s.kind.cluster=$cluster" --format '{{.Names}}'); do
+      state=$(docker inspect -f '{{.State.Status}}' "$n" 2>/dev/null) || continue
+      case $state in
+        exited|created)
+          if [ -z "${since[$n]:-}" ]; then since[$n]=$(date +%s); continue; fi
+          # Give docker's own restart a few seconds first.
+          [ $(( $(date +%s) - since[$n] )) -ge 6 ] || continue
+          echo "$(date -u +%FT%TZ) $n was $state for 6s: docker start" >> "$artifacts/node-restarts.log"
+          docker start "$n" >/dev/null 2>&1 || echo "$(date -u +%FT%TZ) $n: docker start failed" >> "$artifacts/node-restarts.log"
+          unset "since[$n]" ;;
+        *) unset "since[$n]" ;;
+      esac
+    done
+  done
+}
+: > "$artifacts/node-restarts.log"
+watch_nodes &
+watcher=$!
+
 run=()
 [ -n "${E2E_RUN:-}" ] && run=(-run "$E2E_RUN")
-log "running the e2e tests"
+log "running the e2e tests${E2E_RUN:+ matching $E2E_RUN}"
+# -p 1: the packages one after the other, so `go test -v` streams each test's output as it runs.
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
   E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_UPGRADE_IMAGE=$upgrade_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
-  E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed \
-  go test -count=1 -v -timeout "${E2E_TIMEOUT:-25m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test.log")
+  E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed E2E_FORMATION=$formation E2E_REBOOT=$reboot \
+  go test -count=1 -v -p 1 -timeout "${E2E_TIMEOUT:-60m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test-$formation.log")
+if [ -s "$artifacts/node-restarts.log" ]; then log "node containers started by the watcher:"; cat "$artifacts/node-restarts.log" >&2; fi

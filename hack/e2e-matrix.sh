@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# e2e-matrix.sh: the end-to-end test in every cluster formation (`make e2e-matrix`), one after the
+# other, each on a fresh kind cluster (never two at once). The images and the release ISO are built
+# once (hack/e2e.sh build) and reused. TestUpgrade runs in every formation; the whole suite (serve,
+# agent and chart tests too) in E2E_FULL_FORMATION only. Every formation runs even when one fails;
+# the script fails if any did. At the end it prints the time each formation took and the phase
+# timings of each formation's UpgradePlan (e2e/_artifacts/phase-timings.md, from the
+# phases-FORMATION.tsv files TestUpgrade writes).
+# env: E2E_FORMATIONS ("single two three witness four"), E2E_FULL_FORMATION (four), and those of
+#      hack/e2e.sh (KIND_NODE_IMAGE, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+artifacts=$PWD/e2e/_artifacts
+formations=${E2E_FORMATIONS:-single two three witness four}
+full=${E2E_FULL_FORMATION:-four}
+start=$(date +%s)
+log() { echo "[e2e-matrix $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
+mkdir -p "$artifacts"
+rm -f "$artifacts"/phases-*.tsv "$artifacts/matrix.tsv"
+
+t0=$(date +%s)
+bash hack/e2e.sh build
+build_s=$(( $(date +%s) - t0 ))
+log "images and release ISO built in ${build_s}s"
+
+failed=()
+for f in $formations; do
+  run=('^TestUpgrade$')
+  [ "$f" = "$full" ] && run=('')
+  log "formation $f: starting (${run[0]:-every test})"
+  t0=$(date +%s)
+  rc=0
+  E2E_FORMATION=$f E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} bash hack/e2e.sh run \
+    > "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  created=$(grep -o 'cluster created in [0-9]*s' "$artifacts/matrix-$f.log" | grep -o '[0-9]*' | tail -1 || true)
+  result=passed
+  if [ "$rc" -ne 0 ]; then result=FAILED; failed+=("$f"); fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$f" "$result" "$secs" "${created:-?}" "${run[0]:-all}" >> "$artifacts/matrix.tsv"
+  log "formation $f: $result in ${secs}s (cluster created in ${created:-?}s; log e2e/_artifacts/matrix-$f.log)"
+  if [ "$rc" -ne 0 ]; then
+    grep -E -- '--- FAIL|Error Trace|Error:|FAILED' "$artifacts/matrix-$f.log" | head -20 >&2 || true
+    # Keep the failed formation's dump apart from the next formation's.
+    [ -d "$artifacts/dump" ] && rm -rf "$artifacts/dump-$f" && mv "$artifacts/dump" "$artifacts/dump-$f"
+  fi
+done
+
+# The tables: per formation, and the phase timings of its plan (seconds in each phase, from the
+# plan's phaseTransitionTimestamps: a phase lasts until the next one starts).
+{
+  echo "| formation | result | wall time | cluster created | tests |"
+  echo "|---|---|---|---|---|"
+  awk -F'\t' '{ printf "| %s | %s | %dm%02ds | %ss | %s |\n", $1, $2, $3/60, $3%60, $4, $5 }' "$artifacts/matrix.tsv"
+  echo
+  echo "Phase timings of each formation's UpgradePlan, in seconds:"
+  echo
+  first=1
+  for f in $formations; do
+    t=$artifacts/phases-$f.tsv
+    [ -s "$t" ] || continue
+    if [ "$first" = 1 ]; then
+      head -1 "$t" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s " " $i " |"; print s; s = "|"; for (i = 1; i <= NF; i++) s = s "---|"; print s }'
+      first=0
+    fi
+    tail -n +2 "$t" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s " " $i " |"; print s }'
+  done
+} > "$artifacts/phase-timings.md"
+log "build ${build_s}s, matrix total $(( $(date +%s) - start ))s"
+cat "$artifacts/phase-timings.md" >&2
+if [ "${#failed[@]}" -gt 0 ]; then
+  log "FAILED formations: ${failed[*]}"
+  exit 1
+fi
+log "every formation passed"
