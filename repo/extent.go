@@ -24,6 +24,10 @@ type extentReader struct {
 	base, size int64
 	pos        int64 // where the file position should be, relative to base
 	copied     int64 // bytes that went through Read, i.e. through user space
+	// check, when set, must accept the bytes (absolute offsets in f) before they are read.
+	check func(off, n int64) error
+	// direct counts the bytes a checkedWriter sent with sendfile, piece by piece, moving pos.
+	direct int64
 }
 
 var (
@@ -40,6 +44,11 @@ func (e *extentReader) Read(p []byte) (int, error) {
 	}
 	if rest := e.size - e.pos; int64(len(p)) > rest {
 		p = p[:rest]
+	}
+	if e.check != nil {
+		if err := e.check(e.base+e.pos, int64(len(p))); err != nil {
+			return 0, err
+		}
 	}
 	n, err := e.f.Read(p)
 	e.pos += int64(n)
@@ -84,7 +93,7 @@ func (e *extentReader) sentDirect() int64 {
 		return 0
 	}
 	if d := cur - (e.base + e.pos); d > 0 {
-		return d
+		return e.direct + d
 	}
-	return 0
+	return e.direct
 }

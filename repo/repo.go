@@ -41,6 +41,7 @@ type config struct {
 	metrics     *Metrics
 	smallLimit  int64
 	memoryLimit int64
+	check       func(off, n int64) error
 }
 
 // WithBackingFile names the file whose byte ranges SpanFS.Span reports (the ISO image). With it,
@@ -66,6 +67,15 @@ func WithMetrics(m *Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // WithSmallFileLimit sets the size up to which files are served from memory (default 64 KiB).
 func WithSmallFileLimit(n int64) Option { return func(c *config) { c.smallLimit = n } }
+
+// WithRangeCheck sets a check of the backing file's bytes [off, off+n) before they are sent
+// (such as chunks.Verifier.Check): an error refuses them. The first bytes of a response (up to
+// 16 MiB) are checked before its headers go out, so that a refusal is a 503; further bytes are
+// checked as the response reaches them, and a refusal there cuts the response short. It must be
+// safe for concurrent use. Files read through the fs.FS are the file system's to check.
+func WithRangeCheck(check func(off, n int64) error) Option {
+	return func(c *config) { c.check = check }
+}
 
 // WithMemoryBudget bounds the bytes of small files kept in memory (default 4 MiB); files beyond
 // the budget are read on each request.
@@ -382,6 +392,10 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
 
 func (h *Handler) serveExtent(w http.ResponseWriter, r *http.Request, e *entry, x *extentReader) {
 	h.setFileHeaders(w, e)
+	if h.cfg.check != nil {
+		x.check = h.cfg.check
+		w = &checkedWriter{ResponseWriter: w, x: x, r: r, h: h, e: e}
+	}
 	http.ServeContent(w, r, "", e.modTime, x)
 	direct := x.sentDirect()
 	switch {
