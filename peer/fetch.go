@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // originSource names the origin URL among the sources of a chunk.
@@ -177,15 +179,16 @@ func (f *Fetcher) discover(ctx context.Context, req Request) (int64, int64, erro
 	if req.OriginURL != "" {
 		hreq, err := http.NewRequestWithContext(ctx, http.MethodHead, req.OriginURL, nil)
 		if err != nil {
-			return 0, 0, fmt.Errorf("origin URL %q: %w", req.OriginURL, err)
+			return 0, 0, fmt.Errorf("origin URL %s: %w", redact.URL(req.OriginURL), redact.Error(err))
 		}
 		resp, err := f.o.client.Do(hreq)
+		err = redact.Error(err)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && resp.ContentLength > 0 {
 				return resp.ContentLength, chunk, nil
 			}
-			err = fmt.Errorf("HEAD %s: status %s, length %d", req.OriginURL, resp.Status, resp.ContentLength)
+			err = fmt.Errorf("HEAD %s: status %s, length %d", redact.URL(req.OriginURL), resp.Status, resp.ContentLength)
 		}
 		originErr = err
 	}
@@ -515,21 +518,21 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return result{err: err}
+		return result{err: redact.Error(err)}
 	}
 	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
 	resp, err := r.f.o.client.Do(req)
 	if err != nil {
-		return result{err: err}
+		return result{err: redact.Error(err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
-		return result{err: fmt.Errorf("GET %s chunk %d: status %s", url, j.chunk, resp.Status)}
+		return result{err: fmt.Errorf("GET %s chunk %d: status %s", redact.URL(url), j.chunk, resp.Status)}
 	}
 	data := r.getBuf(n)
 	if _, err := io.ReadFull(resp.Body, data); err != nil {
 		r.putBuf(data)
-		return result{err: fmt.Errorf("GET %s chunk %d: %w", url, j.chunk, err)}
+		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, err)}
 	}
 	sum := sha256.Sum256(data)
 	if j.source == originSource {

@@ -32,6 +32,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
+	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
 )
@@ -134,6 +135,15 @@ func (c *agentConfig) validate(nargs int) error {
 		return errors.New("--cache-dir is required unless --iso is given")
 	case c.report && c.reportInterval <= 0:
 		return fmt.Errorf("--report-interval %s: want a positive duration", c.reportInterval)
+	case c.grace < 0:
+		return fmt.Errorf("--grace %s: want a duration of zero or more", c.grace)
+	case c.settle < 0:
+		return fmt.Errorf("--settle %s: want a duration of zero or more", c.settle)
+	}
+	if c.isoFile == "" && c.isoURL != "" {
+		if err := acquire.CheckURL(c.isoURL); err != nil {
+			return fmt.Errorf("--iso-url: %w", err)
+		}
 	}
 	if c.isoChecksum != "" {
 		if _, err := peer.ParseChecksum(c.isoChecksum); err != nil {
@@ -460,10 +470,16 @@ func (n *agentNode) followISOs(ctx context.Context) {
 		if err != nil {
 			return // the agent is stopping
 		}
+		var msg string
 		hex, err := peer.ParseChecksum(in.ISOChecksum)
 		if err != nil {
-			msg := fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, in.ISOURL, err)
-			n.a.log.Error("follow upgrade plan", "plan", in.Plan, "url", in.ISOURL, "err", err)
+			msg = fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, redact.URL(in.ISOURL), err)
+		} else if err = acquire.CheckURL(in.ISOURL); err != nil {
+			// An origin that is not http(s) would be retried for ever.
+			msg = fmt.Sprintf("plan %s names an unusable ISO origin: %v", in.Plan, err)
+		}
+		if err != nil {
+			n.a.log.Error("follow upgrade plan", "plan", in.Plan, "url", redact.URL(in.ISOURL), "err", err)
 			n.board.update(func(s *agentStatus) { s.Plan, s.ISO, s.Error = in.Plan, isoStatus{State: "failed"}, msg })
 			n.board.mu.Lock()
 			n.board.checksum = in.ISOChecksum
@@ -494,7 +510,7 @@ func (n *agentNode) holdPlanned(ctx context.Context, in report.Instruction, hex 
 			release()
 		}
 	}()
-	n.a.log.Info("holding the ISO of an upgrade plan", "plan", in.Plan, "url", in.ISOURL, "sha512", hex)
+	n.a.log.Info("holding the ISO of an upgrade plan", "plan", in.Plan, "url", redact.URL(in.ISOURL), "sha512", hex)
 	n.board.mu.Lock()
 	n.board.checksum = in.ISOChecksum
 	n.board.s.Plan = in.Plan

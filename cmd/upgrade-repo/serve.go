@@ -47,6 +47,9 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fset.Args())
 	}
+	if *grace < 0 {
+		return fmt.Errorf("%w: --grace %s: want a duration of zero or more", errUsage, *grace)
+	}
 	src := acquire.Source{Path: *isoFile, URL: *isoURL, CacheDir: *cacheDir}
 	if *isoSum != "" {
 		sum, err := acquire.ParseChecksum(*isoSum)
