@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // maxMetadataBytes bounds the metadata files HTTPSource reads into memory as an fs.FS.
@@ -49,10 +51,10 @@ func WithIdleTimeout(d time.Duration) HTTPOption { return func(s *HTTPSource) { 
 func NewHTTPSource(base string, client *http.Client, opts ...HTTPOption) (*HTTPSource, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		return nil, fmt.Errorf("repo url %q: %w", base, err)
+		return nil, fmt.Errorf("repo url %s: %w", redact.URL(base), redact.Error(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("repo url %q: scheme must be http or https", base)
+		return nil, fmt.Errorf("repo url %s: scheme must be http or https", redact.URL(base))
 	}
 	if client == nil {
 		client = http.DefaultClient
@@ -85,8 +87,9 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url(p), nil)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, redact.Error(err)
 	}
+	where := redact.URL(req.URL.String())
 	s.mu.Lock()
 	etag := s.etags[p]
 	s.mu.Unlock()
@@ -98,14 +101,15 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
+		err = redact.Error(err)
 		if ctx.Err() != nil {
 			return nil, 0, err
 		}
-		return nil, 0, fmt.Errorf("get %s: %w: %w", req.URL, ErrTransient, err)
+		return nil, 0, fmt.Errorf("get %s: %w: %w", where, ErrTransient, err)
 	}
 	fail := func(err error) (io.ReadCloser, int64, error) {
 		_ = resp.Body.Close()
-		return nil, 0, fmt.Errorf("get %s: %w", req.URL, err)
+		return nil, 0, fmt.Errorf("get %s: %w", where, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:

@@ -54,19 +54,47 @@ func (p *Plan) Imports() []Step {
 	return out
 }
 
-// LoadArchives reads the bundle index and every image list of the release in fsys.
+// LoadArchives reads the bundle index and every image list of the release in fsys. An archive
+// listed more than once is returned once, in the place of its first mention, with the images of
+// all its lists: importing it again would only repeat the work (a bundle listing one archive
+// thousands of times would otherwise import it thousands of times).
 func LoadArchives(fsys fs.FS) ([]ArchiveImages, error) {
 	b, err := release.LoadBundle(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("load bundle: %w", err)
 	}
 	out := make([]ArchiveImages, 0, len(b.Archives))
+	at := map[string]int{}              // archive path → index in out
+	refsAt := map[int]map[string]bool{} // index in out → its images, once merged
+	read := map[[2]string]bool{}        // (list, archive) pairs already read
 	for _, a := range b.Archives {
+		key := [2]string{a.List, a.Archive}
+		if read[key] {
+			continue
+		}
+		read[key] = true
 		refs, err := release.LoadImageList(fsys, a)
 		if err != nil {
 			return nil, fmt.Errorf("load image list of %s: %w", a.Name(), err)
 		}
-		out = append(out, ArchiveImages{Archive: a, Images: refs})
+		i, seen := at[a.Archive]
+		if !seen {
+			at[a.Archive] = len(out)
+			out = append(out, ArchiveImages{Archive: a, Images: refs})
+			continue
+		}
+		if refsAt[i] == nil {
+			refsAt[i] = map[string]bool{}
+			for _, ref := range out[i].Images {
+				refsAt[i][ref] = true
+			}
+		}
+		for _, ref := range refs {
+			if !refsAt[i][ref] {
+				refsAt[i][ref] = true
+				out[i].Images = append(out[i].Images, ref)
+			}
+		}
 	}
 	return out, nil
 }

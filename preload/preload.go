@@ -71,11 +71,17 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(p *Preloader
 // WithConcurrency sets how many archives import at once (default 2, at least 1).
 func WithConcurrency(n int) Option { return func(p *Preloader) { p.concurrency = max(n, 1) } }
 
-// WithRetry sets how often a transient error is retried (attempts in all, default 5) and the
-// first wait between attempts (default 250ms, doubling up to 5s).
-func WithRetry(attempts int, base time.Duration) Option {
-	return func(p *Preloader) { p.retry.attempts, p.retry.base = max(attempts, 1), base }
+// WithRetry sets how long transient errors (the store or a source unavailable, as while
+// containerd restarts) are retried without progress before the preload gives up (default
+// DefaultRetryFor), and the first wait between attempts (default 250ms, doubling up to 5s).
+// Progress (bytes read, bytes imported) starts the time over.
+func WithRetry(total, base time.Duration) Option {
+	return func(p *Preloader) { p.retry.total, p.retry.base = max(total, 0), max(base, time.Millisecond) }
 }
+
+// DefaultRetryFor is how long transient errors are retried without progress by default: a
+// containerd restart takes seconds, an upgrade that restarts the runtime under load a little more.
+const DefaultRetryFor = time.Minute
 
 // WithCopyDir also places every archive, compressed as it is, into dir once its images are
 // present, for a runtime that imports that directory by itself on restart (RKE2 reads
@@ -97,7 +103,7 @@ func New(store Store, sources []Source, opts ...Option) (*Preloader, error) {
 		log:         slog.New(slog.DiscardHandler),
 		concurrency: 2,
 		decoders:    1,
-		retry:       backoff{attempts: 5, base: 250 * time.Millisecond, max: 5 * time.Second},
+		retry:       backoff{total: DefaultRetryFor, base: 250 * time.Millisecond, max: 5 * time.Second},
 	}
 	for _, o := range opts {
 		o(p)
@@ -124,7 +130,29 @@ func (p *Preloader) Plan(ctx context.Context, meta fs.FS) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return MakePlan(ctx, p.store, archives)
+	var plan *Plan
+	err = p.retryTransient(ctx, "plan", func() error {
+		plan, err = MakePlan(ctx, p.store, archives)
+		return err
+	})
+	return plan, err
+}
+
+// retryTransient runs f until it succeeds, fails with an error that is not ErrTransient, or
+// fails transiently for longer than the retry time.
+func (p *Preloader) retryTransient(ctx context.Context, what string, f func() error) error {
+	s := p.retry.begin()
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, ErrTransient) || ctx.Err() != nil {
+			return err
+		}
+		p.log.Info("retrying", "step", what, "err", err)
+		p.m.retries.Inc()
+		if werr := s.wait(ctx); werr != nil {
+			return fmt.Errorf("%w: %w", werr, err)
+		}
+	}
 }
 
 // Run preloads the release whose bundle and image lists are in meta: it plans, imports the
@@ -172,7 +200,11 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 	}
 	var missing []string
 	if len(all) > 0 {
-		if missing, err = p.store.Missing(ctx, all); err != nil {
+		err = p.retryTransient(ctx, "check present images", func() (err error) {
+			missing, err = p.store.Missing(ctx, all)
+			return err
+		})
+		if err != nil {
 			err = fmt.Errorf("check present images: %w", err)
 			st := p.finish(StateFailed, ReasonImportFailed, err.Error())
 			return plan, st, errors.Join(append(errs, err)...)
@@ -207,24 +239,35 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 }
 
 // importStep imports one archive, retrying the whole import when the store reports a transient
-// error. The stream itself resumes inside resumer.
+// error, for as long as the retry time allows without progress. An attempt makes progress when
+// the store consumed more of the archive than in any attempt before: a daemon that restarts in
+// the middle of an import is waited for, one that fails at the same point again and again is not
+// retried for ever. The stream itself resumes inside resumer.
 func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
 	log := p.log.With("archive", s.Name())
+	retry := p.retry.begin()
+	var furthest int64
 	for n := 1; ; n++ {
-		err := p.importOnce(ctx, i, s)
+		consumed, err := p.importOnce(ctx, i, s)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrTransient) || n >= p.retry.attempts || ctx.Err() != nil {
+		if !errors.Is(err, ErrTransient) || ctx.Err() != nil {
 			log.Warn("archive import failed", "err", err)
 			p.archiveFailed(i, err)
 			return err
 		}
+		if consumed > furthest {
+			furthest = consumed
+			retry.progress()
+		}
 		log.Info("retrying archive import", "attempt", n+1, "err", err)
 		p.m.retries.Inc()
-		if werr := p.retry.wait(ctx, n); werr != nil {
-			p.archiveFailed(i, werr)
-			return &ArchiveError{Archive: s.Archive.Archive, Err: werr}
+		if werr := retry.wait(ctx); werr != nil {
+			err = &ArchiveError{Archive: s.Archive.Archive, Err: fmt.Errorf("%w: %w", werr, err)}
+			log.Warn("archive import failed", "err", err)
+			p.archiveFailed(i, err)
+			return err
 		}
 	}
 }
@@ -241,16 +284,18 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (p *Preloader) importOnce(ctx context.Context, i int, s Step) error {
+// importOnce makes one attempt at importing the archive of step s; consumed is how many
+// uncompressed bytes the store read.
+func (p *Preloader) importOnce(ctx context.Context, i int, s Step) (consumed int64, err error) {
 	start := time.Now()
 	src, rc, size, err := p.open(ctx, s.Archive.Archive)
 	if err != nil {
-		return &ArchiveError{Archive: s.Archive.Archive, Err: err}
+		return 0, &ArchiveError{Archive: s.Archive.Archive, Err: err}
 	}
 	name := s.Name()
 	p.archiveStarted(i, src.Name(), size)
 	r := &resumer{
-		ctx: ctx, src: src, path: s.Archive.Archive, size: size, rc: rc, retry: p.retry,
+		ctx: ctx, src: src, path: s.Archive.Archive, size: size, rc: rc, retry: p.retry.begin(),
 		onRead: func(n int) { p.archiveRead(i, name, n) },
 		onRetry: func(err error) {
 			p.m.retries.Inc()
@@ -267,18 +312,18 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) error {
 		zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxWindow(64<<20))
 	if err != nil {
-		return &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Size: size, Err: err}
+		return 0, &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Size: size, Err: err}
 	}
 	defer dec.Close()
 	tar := &countingReader{r: dec}
 	names, err := p.store.Import(ctx, tar)
 	if err != nil {
-		return &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Offset: r.off, Size: r.size, Decoded: tar.n, Err: err}
+		return tar.n, &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Offset: r.off, Size: r.size, Decoded: tar.n, Err: err}
 	}
 	p.log.Info("archive imported", "archive", name, "source", src.Name(), "images", len(names),
 		"bytes", r.off, "seconds", time.Since(start).Seconds())
 	p.archiveImported(i, s.Missing, names)
-	return nil
+	return tar.n, nil
 }
 
 // open opens the archive from the first source that holds it.

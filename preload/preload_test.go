@@ -96,7 +96,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, "a", "b")
 		empty := preload.NewFSSource("peer", os.DirFS(t.TempDir()))
 		flaky := &flakySource{Source: preload.NewFSSource("repo", os.DirFS(f.dir)), opens: map[string]int{}}
-		p, err := preload.New(f.store, []preload.Source{empty, flaky}, preload.WithRetry(3, time.Millisecond))
+		p, err := preload.New(f.store, []preload.Source{empty, flaky}, preload.WithRetry(5*time.Second, time.Millisecond))
 		require.NoError(t, err)
 		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
 		require.NoError(t, err)
@@ -133,16 +133,17 @@ func TestRun(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, "a")
 		f.store.ImportErr = errors.New("disk full")
-		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithRetry(3, time.Millisecond))
+		p, err := preload.New(f.store, []preload.Source{preload.NewFSSource("iso", os.DirFS(f.dir))}, preload.WithRetry(50*time.Millisecond, time.Millisecond))
 		require.NoError(t, err)
 		_, _, err = p.Run(t.Context(), os.DirFS(f.dir))
 		require.ErrorContains(t, err, "disk full")
 		require.Equal(t, 1, f.store.Imports())
 
+		// Failing at the same point every time is no progress: retried for the retry time only.
 		f.store.ImportErr = fmt.Errorf("containerd: %w", preload.ErrTransient)
 		_, st, err := p.Run(t.Context(), os.DirFS(f.dir))
 		require.ErrorIs(t, err, preload.ErrTransient)
-		require.Equal(t, 1+3, f.store.Imports())
+		require.Greater(t, f.store.Imports(), 1+2)
 		// Each attempt reads the archive from its start; progress counts the last one.
 		require.Equal(t, int64(len(f.archives[0].Data)), st.Archives[0].BytesRead)
 		require.Equal(t, int64(len(f.archives[0].Data)), st.BytesRead)
@@ -350,7 +351,7 @@ func TestRunResumesStalledHTTPStream(t *testing.T) {
 	t.Cleanup(srv.Close)
 	src, err := preload.NewHTTPSource(srv.URL, srv.Client(), preload.WithIdleTimeout(200*time.Millisecond))
 	require.NoError(t, err)
-	p, err := preload.New(f.store, []preload.Source{src}, preload.WithRetry(3, time.Millisecond))
+	p, err := preload.New(f.store, []preload.Source{src}, preload.WithRetry(5*time.Second, time.Millisecond))
 	require.NoError(t, err)
 	_, st, err := p.Run(t.Context(), src.FS())
 	require.NoError(t, err)

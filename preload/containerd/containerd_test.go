@@ -83,7 +83,7 @@ func leftovers(t *testing.T, s *Store) (imgs, blobs, ingests int) {
 
 func newPreloader(t *testing.T, s *Store, reg prometheus.Registerer, sources ...preload.Source) *preload.Preloader {
 	t.Helper()
-	p, err := preload.New(s, sources, preload.WithRegisterer(reg), preload.WithRetry(4, 10*time.Millisecond))
+	p, err := preload.New(s, sources, preload.WithRegisterer(reg), preload.WithRetry(5*time.Second, 10*time.Millisecond))
 	require.NoError(t, err)
 	return p
 }
