@@ -330,9 +330,11 @@ watcher=$!
 run=()
 [ -n "${E2E_RUN:-}" ] && run=(-run "$E2E_RUN")
 log "running the e2e tests${E2E_RUN:+ matching $E2E_RUN}"
-# -p 1: the packages one after the other, so `go test -v` streams each test's output as it runs.
+# The test image's own unit tests first; then the e2e package alone, so `go test -v` streams each
+# test's output as it runs (with several packages it prints a package's output when it ends).
+(cd e2e && go test -count=1 ./testimage >/dev/null) || { log "the test image's unit tests fail: cd e2e && go test ./testimage"; exit 1; }
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
   E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_UPGRADE_IMAGE=$upgrade_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
   E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed E2E_FORMATION=$formation E2E_REBOOT=$reboot \
-  go test -count=1 -v -p 1 -timeout "${E2E_TIMEOUT:-60m}" "${run[@]}" ./... 2>&1 | tee "$artifacts/go-test-$formation.log")
+  go test -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" "${run[@]}" . 2>&1 | tee "$artifacts/go-test-$formation.log")
 if [ -s "$artifacts/node-restarts.log" ]; then log "node containers started by the watcher:"; cat "$artifacts/node-restarts.log" >&2; fi
