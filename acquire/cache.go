@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 )
 
 // Option configures a Cache.
@@ -112,15 +114,33 @@ func (c *Cache) PartialPath(sum Checksum) string { return c.Path(sum) + ".partia
 
 func (c *Cache) markerPath(sum Checksum) string { return c.Path(sum) + ".verified" }
 
-// marker records what was verified, so that an unchanged file is not hashed again.
+// marker records what was verified, so that an unchanged file is not hashed again: the file's
+// size, modification and change time and inode (a write moves the change time even when the
+// modification time is put back), and the sha256 of every chunk, which a server checks each chunk
+// against before serving it, for what the file system cannot tell (bit rot).
 type marker struct {
-	Checksum string `json:"checksum"`
-	Size     int64  `json:"size"`
-	ModTime  int64  `json:"modTimeUnixNano"`
+	Checksum   string   `json:"checksum"`
+	Size       int64    `json:"size"`
+	ModTime    int64    `json:"modTimeUnixNano"`
+	ChangeTime int64    `json:"changeTimeUnixNano,omitempty"`
+	Inode      uint64   `json:"inode,omitempty"`
+	ChunkSize  int64    `json:"chunkSize,omitempty"`
+	Chunks     []string `json:"chunks,omitempty"`
 }
 
-func markerOf(fi fs.FileInfo, sum Checksum) marker {
-	return marker{Checksum: sum.String(), Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}
+func markerOf(fi fs.FileInfo, sum Checksum, sums chunks.Sums) marker {
+	m := marker{Checksum: sum.String(), Size: fi.Size(), ModTime: fi.ModTime().UnixNano(),
+		ChunkSize: sums.ChunkSize, Chunks: sums.Hex()}
+	m.ChangeTime, m.Inode = fileIdentity(fi)
+	return m
+}
+
+// describes reports whether m records the file fi as verified with checksum sum, chunk digests
+// included.
+func (m marker) describes(fi fs.FileInfo, sum Checksum) bool {
+	now := markerOf(fi, sum, chunks.Sums{})
+	return m.Checksum == now.Checksum && m.Size == now.Size && m.ModTime == now.ModTime &&
+		m.ChangeTime == now.ChangeTime && m.Inode == now.Inode && len(m.Chunks) > 0
 }
 
 // Lookup returns the path of the verified ISO of sum when the cache has it. A file whose marker
@@ -134,18 +154,20 @@ func (c *Cache) Lookup(ctx context.Context, sum Checksum) (string, bool, error) 
 	if err != nil {
 		return "", false, fmt.Errorf("cache lookup %s: %w", p, err)
 	}
+	var was marker
 	if data, err := os.ReadFile(c.markerPath(sum)); err == nil {
-		var m marker
-		if json.Unmarshal(data, &m) == nil && m == markerOf(fi, sum) {
+		if json.Unmarshal(data, &was) == nil && was.describes(fi, sum) {
 			c.metrics.verifiedInc("reused")
 			c.log.Info("reusing verified ISO", "path", p, "size", fi.Size())
 			return p, true, nil
 		}
 	}
 	c.log.Info("verifying cached ISO", "path", p, "size", fi.Size())
-	if err := Verify(ctx, p, sum); err != nil {
+	sums, err := verifyChunks(ctx, p, sum)
+	if err != nil {
 		if errors.Is(err, ErrChecksumMismatch) {
 			c.metrics.verifiedInc("mismatch")
+			c.logChanged(p, was, sums)
 			c.log.Warn("removing cached ISO with the wrong checksum", "path", p, "error", err)
 			os.Remove(p)
 			os.Remove(c.markerPath(sum))
@@ -154,18 +176,18 @@ func (c *Cache) Lookup(ctx context.Context, sum Checksum) (string, bool, error) 
 		return "", false, err
 	}
 	c.metrics.verifiedInc("ok")
-	if err := c.writeMarker(p, sum); err != nil {
+	if err := c.writeMarker(p, sum, sums); err != nil {
 		return "", false, err
 	}
 	return p, true, nil
 }
 
-func (c *Cache) writeMarker(p string, sum Checksum) error {
+func (c *Cache) writeMarker(p string, sum Checksum, sums chunks.Sums) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("cache marker %s: %w", p, err)
 	}
-	data, _ := json.Marshal(markerOf(fi, sum))
+	data, _ := json.Marshal(markerOf(fi, sum, sums))
 	tmp := c.markerPath(sum) + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return fmt.Errorf("cache marker %s: %w", p, err)
@@ -307,7 +329,8 @@ func (c *Cache) finish(ctx context.Context, sum Checksum, partial string, size i
 		c.metrics.present.Set(float64(size))
 	}
 	c.log.Info("verifying download", "path", partial, "size", size)
-	if err := Verify(ctx, partial, sum); err != nil {
+	sums, err := verifyChunks(ctx, partial, sum)
+	if err != nil {
 		if errors.Is(err, ErrChecksumMismatch) {
 			c.metrics.verifiedInc("mismatch")
 			os.Remove(partial)
@@ -320,7 +343,7 @@ func (c *Cache) finish(ctx context.Context, sum Checksum, partial string, size i
 	if err := os.Rename(partial, final); err != nil {
 		return "", fmt.Errorf("acquire %s: %w", sum, err)
 	}
-	if err := c.writeMarker(final, sum); err != nil {
+	if err := c.writeMarker(final, sum, sums); err != nil {
 		return "", err
 	}
 	c.log.Info("ISO verified", "path", final, "size", size)

@@ -49,6 +49,7 @@ func (f *Fetcher) blobFrom(ctx context.Context, holder, addr, digest, dir string
 	if err != nil {
 		return 0, err
 	}
+	f.authorize(req)
 	resp, err := f.o.client.Do(req)
 	if err != nil {
 		return 0, err
@@ -102,6 +103,52 @@ func (f *Fetcher) avoided(peer string) bool {
 	f.blobAvoid.mu.Lock()
 	defer f.blobAvoid.mu.Unlock()
 	return time.Now().Before(f.blobAvoid.until[peer])
+}
+
+// ListedBlobs is a BlobStore that serves, from another BlobStore, only the digests listed with
+// Set: what a node may share (the blobs of the release's images), not everything its image store
+// holds. Safe for concurrent use.
+type ListedBlobs struct {
+	store BlobStore
+
+	mu     sync.RWMutex
+	listed map[string]struct{}
+}
+
+var _ BlobStore = (*ListedBlobs)(nil)
+
+// NewListedBlobs returns a ListedBlobs over store that lists nothing yet.
+func NewListedBlobs(store BlobStore) *ListedBlobs {
+	return &ListedBlobs{store: store, listed: map[string]struct{}{}}
+}
+
+// Set replaces the list of digests served and returns the digests that were listed before and no
+// longer are.
+func (l *ListedBlobs) Set(digests []string) (dropped []string) {
+	next := make(map[string]struct{}, len(digests))
+	for _, d := range digests {
+		next[d] = struct{}{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for d := range l.listed {
+		if _, ok := next[d]; !ok {
+			dropped = append(dropped, d)
+		}
+	}
+	l.listed = next
+	return dropped
+}
+
+// Open implements BlobStore: a digest not listed is ErrNotFound, whatever the store holds.
+func (l *ListedBlobs) Open(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error) {
+	l.mu.RLock()
+	_, ok := l.listed[digest]
+	l.mu.RUnlock()
+	if !ok {
+		return nil, 0, fmt.Errorf("blob %s is not one this node shares: %w", digest, ErrNotFound)
+	}
+	return l.store.Open(ctx, digest)
 }
 
 // MemBlobs is a BlobStore held in memory, for small nodes and tests. Safe for concurrent use.

@@ -104,6 +104,9 @@ type nodeConfig struct {
 
 const testChunk = 256 << 10
 
+// testToken is the token of the test ring: every node requires it and sends it.
+var testToken = peer.Token([]byte("the test ring's gossip key"))
+
 func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node {
 	t.Helper()
 	n := &node{name: name, dir: peer.NewDirectory(name), cache: t.TempDir(), reg: prometheus.NewRegistry()}
@@ -115,7 +118,7 @@ func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node 
 		bs = cfg.blobs
 	}
 	n.store = peer.NewStore(n.dir, bs)
-	var h http.Handler = peer.NewHandler(testLog(), n.store, n.metrics)
+	var h http.Handler = peer.NewHandler(testLog(), n.store, n.metrics, peer.RequireToken(testToken))
 	if cfg.wrap != nil {
 		h = cfg.wrap(h)
 	}
@@ -132,7 +135,8 @@ func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node 
 	}()
 	n.client = &http.Client{Transport: &http.Transport{}}
 	opts := append([]peer.FetchOption{peer.WithHTTPClient(n.client), peer.WithMetrics(n.metrics),
-		peer.WithChunkSize(testChunk), peer.WithSettle(2 * time.Second), peer.WithHedgeAfter(2 * time.Second)}, cfg.opts...)
+		peer.WithChunkSize(testChunk), peer.WithSettle(2 * time.Second), peer.WithHedgeAfter(2 * time.Second),
+		peer.WithToken(testToken)}, cfg.opts...)
 	n.fetcher, err = peer.NewFetcher(testLog(), n.dir, n.gossip, n.store, opts...)
 	require.NoError(t, err)
 	n.stop = func() {

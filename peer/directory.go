@@ -91,6 +91,7 @@ func (e entry) key() string {
 type remoteInventory struct {
 	epoch   uint64
 	base    uint64 // version of the last full state merged
+	full    bool   // a full state was merged: the entries are the whole inventory
 	entries map[string]entry
 }
 
@@ -246,6 +247,15 @@ func (d *Directory) ISOHolders(sha512 string) []Holding {
 	return out
 }
 
+// Knows reports whether the directory holds a full inventory of member, received in a push/pull
+// exchange: until then, what it says member holds may be only the deltas it happened to hear.
+func (d *Directory) Knows(member string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inv, ok := d.remote[member]
+	return ok && inv.full
+}
+
 // BlobHolders returns the members other than the local node that hold a blob, sorted.
 func (d *Directory) BlobHolders(digest string) []string {
 	d.mu.Lock()
@@ -364,6 +374,7 @@ func (d *Directory) MergeState(buf []byte) error {
 	if m.version > inv.base {
 		inv.base = m.version
 	}
+	inv.full = true
 	if changed {
 		d.notifyLocked()
 	}

@@ -12,9 +12,11 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -40,6 +42,7 @@ type Fetcher struct {
 
 type fetchOptions struct {
 	client     *http.Client
+	token      string
 	metrics    *Metrics
 	chunkSize  int64
 	parallel   int
@@ -57,6 +60,17 @@ type FetchOption func(*fetchOptions)
 // WithHTTPClient sets the client for peers and the origin (default: a client with no overall
 // timeout; stalls are caught by the hedging and stall timers).
 func WithHTTPClient(c *http.Client) FetchOption { return func(o *fetchOptions) { o.client = c } }
+
+// WithToken sets the bearer token sent to peers (never to the origin) to prove membership of the
+// ring; see Token.
+func WithToken(token string) FetchOption { return func(o *fetchOptions) { o.token = token } }
+
+// authorize adds the ring's token to a request for a peer.
+func (f *Fetcher) authorize(req *http.Request) {
+	if f.o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.o.token)
+	}
+}
 
 // WithMetrics records bytes fetched and verification failures.
 func WithMetrics(m *Metrics) FetchOption { return func(o *fetchOptions) { o.metrics = m } }
@@ -213,6 +227,7 @@ type run struct {
 	inflight map[int][]*job
 	avoid    map[string]time.Time
 	weak     map[int]string // chunk → peer it came from, when no other holder vouched for it
+	rechecks int            // times the weak chunks were checked again against the holders
 	load     map[string]int
 	seen     map[string]*ownerSeen
 	results  chan result
@@ -287,10 +302,16 @@ func (r *run) run(ctx context.Context) error {
 			if err == nil {
 				return r.complete()
 			}
-			if err := r.repair(ctx); err != nil {
+			refetch, err := r.repair(ctx)
+			if err != nil {
 				return err
 			}
-			return r.complete()
+			if !refetch {
+				return r.complete()
+			}
+			// Bad chunks were dropped: they are fetched again, and the file hashed again.
+			hashed = make(chan error, 1)
+			go r.hashInOrder(ctx, kick, hashed)
 		case <-changed:
 		case <-tick.C:
 		}
@@ -304,7 +325,8 @@ func (r *run) complete() error {
 	}
 	r.report()
 	r.f.log.Info("ISO fetched and verified", "sha512", r.req.SHA512[:16], "bytes", r.iso.size,
-		"from_peers", r.fromPeers, "from_origin", r.fromOrigin, "seconds", time.Since(r.start).Seconds())
+		"from_peers", r.fromPeers, "from_origin", r.fromOrigin, "unvouched_chunks", len(r.weak),
+		"seconds", time.Since(r.start).Seconds())
 	return nil
 }
 
@@ -513,7 +535,8 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	off := int64(j.chunk) * r.iso.chunkSize
 	n := r.iso.chunkLen(j.chunk)
 	url := r.req.OriginURL
-	if j.source != originSource {
+	peerReq := j.source != originSource
+	if peerReq {
 		url = "http://" + j.addr + "/v1/iso/" + r.req.SHA512
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -521,6 +544,9 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		return result{err: redact.Error(err)}
 	}
 	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
+	if peerReq {
+		r.f.authorize(req)
+	}
 	resp, err := r.f.o.client.Do(req)
 	if err != nil {
 		return result{err: redact.Error(err)}
@@ -549,21 +575,39 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	return result{data: data, sum: sum}
 }
 
+// maxUnknownVoters bounds how many members whose inventory is not known yet are asked to vouch.
+const maxUnknownVoters = 8
+
 // vouch returns the sha256 of chunk c that a strict majority of the holders other than source
-// advertise, refreshing their lists when they do not cover c yet.
+// advertise, refreshing their lists when they do not cover c yet. The holders are those the
+// directory knows of, and the live members whose inventory it has not received yet: a node that
+// just joined through one seed knows only the seed's inventory until gossip brings the others',
+// and their chunk lists answer at once.
 func (r *run) vouch(ctx context.Context, c int, source string) ([]byte, bool) {
 	addrs := map[string]string{}
 	for _, m := range r.f.members.Members() {
-		addrs[m.Name] = m.Addr
+		if m.Name != r.f.dir.Self() && m.Name != source && m.Addr != "" {
+			addrs[m.Name] = m.Addr
+		}
+	}
+	ask := map[string]bool{}
+	for _, h := range r.f.dir.ISOHolders(r.req.SHA512) {
+		if _, live := addrs[h.Member]; live && h.ISO.Has(c) {
+			ask[h.Member] = true
+		}
+	}
+	unknown := 0
+	for _, name := range slices.Sorted(maps.Keys(addrs)) {
+		// A few suffice, and a member that has died unnoticed costs a timeout each.
+		if !r.f.dir.Knows(name) && !ask[name] && unknown < maxUnknownVoters {
+			ask[name] = true
+			unknown++
+		}
 	}
 	votes := map[string]int{}
 	voters := 0
-	for _, h := range r.f.dir.ISOHolders(r.req.SHA512) {
-		addr, live := addrs[h.Member]
-		if h.Member == source || !live || !h.ISO.Has(c) {
-			continue
-		}
-		if d := r.listDigest(ctx, h.Member, addr, c); d != "" {
+	for name := range ask {
+		if d := r.listDigest(ctx, name, addrs[name], c); d != "" {
 			votes[d]++
 			voters++
 		}
@@ -604,6 +648,7 @@ func (r *run) listDigest(ctx context.Context, member, addr string, c int) string
 	if err != nil {
 		return ""
 	}
+	r.f.authorize(req)
 	resp, err := r.f.o.client.Do(req)
 	if err != nil {
 		return ""
@@ -697,42 +742,108 @@ func sourceName(s string) string {
 	return s
 }
 
-// repair runs when the whole ISO fails its sha512: every chunk taken from a peer without another
-// holder vouching for it is fetched again from the origin and compared; the peers whose chunks
+// maxRechecks bounds how many times the unvouched chunks are checked again against the holders
+// before the origin is asked for them.
+const maxRechecks = 3
+
+// repair runs when the whole ISO fails its sha512. The chunks taken from a peer without another
+// holder vouching for them are first checked again against the holders known now (the directory
+// may have learnt of more since): the ones found bad are dropped, their sources avoided, and
+// repair returns refetch true so that they are fetched again from other sources. When that finds
+// nothing, the unvouched chunks are fetched from the origin and compared; the peers whose chunks
 // differ are avoided. It returns nil when the ISO then verifies.
-func (r *run) repair(ctx context.Context) error {
+func (r *run) repair(ctx context.Context) (refetch bool, err error) {
 	r.f.o.metrics.failed("iso")
+	if len(r.weak) > 0 && r.rechecks < maxRechecks {
+		r.rechecks++
+		confirmed, bad, bySource := r.recheck(ctx)
+		r.f.log.Warn("ISO does not match its sha512: checked the chunks no other holder had vouched for against the holders known now",
+			"unvouched", len(r.weak)+bad, "confirmed", confirmed, "bad", bad, "unconfirmed", len(r.weak)-confirmed,
+			"bad_by_peer", bySource)
+		if bad > 0 {
+			return true, nil
+		}
+	}
 	if r.req.OriginURL == "" || len(r.weak) == 0 {
 		r.resetAll()
-		return fmt.Errorf("ISO %.16s does not match its sha512 and no source can repair it: %w", r.req.SHA512, ErrVerification)
+		return false, fmt.Errorf("ISO %.16s does not match its sha512 and no source can repair it (%d unvouched chunks, no origin): %w",
+			r.req.SHA512, len(r.weak), ErrVerification)
 	}
-	r.f.log.Warn("ISO does not match its sha512, fetching unvouched chunks from the origin", "chunks", len(r.weak))
+	r.f.log.Warn("ISO does not match its sha512: fetching the chunks no other holder vouched for from the origin, to compare", "chunks", len(r.weak))
+	var differed, matched int
+	var originBytes int64
+	bySource := map[string]int{}
 	for c, src := range r.weak {
 		res := r.fetchChunk(ctx, &job{chunk: c, source: originSource})
 		if res.err != nil {
-			return fmt.Errorf("repair chunk %d from the origin: %w", c, res.err)
+			r.f.log.Warn("repair from the origin failed", "compared", differed+matched, "of", len(r.weak)+differed+matched,
+				"origin_bytes", originBytes, "chunk", c, "err", res.err)
+			return false, fmt.Errorf("repair chunk %d from the origin: %w", c, res.err)
 		}
+		n := int64(len(res.data))
+		originBytes += n
+		r.f.o.metrics.fetched("origin", n)
 		r.iso.mu.RLock()
 		prev := r.iso.digests[c]
 		r.iso.mu.RUnlock()
 		if prev != res.sum {
+			differed++
+			bySource[src]++
 			r.f.o.metrics.failed("chunk")
 			r.avoid[src] = time.Now().Add(r.f.o.avoidFor)
-			r.f.log.Warn("peer had sent a bad chunk, avoiding it", "peer", src, "chunk", c)
 			if err := r.iso.writeChunk(c, res.data, res.sum); err != nil {
-				return err
+				return false, err
 			}
+			// The origin's bytes are kept in place of the peer's.
+			r.fromPeers -= n
+			r.fromOrigin += n
+		} else {
+			matched++
 		}
 		r.putBuf(res.data)
 		delete(r.weak, c)
 	}
+	r.f.log.Warn("compared the unvouched chunks with the origin's", "differed", differed, "matched", matched,
+		"origin_bytes", originBytes, "bad_by_peer", bySource)
+	r.report()
 	hashed := make(chan error, 1)
 	r.hashInOrder(ctx, nil, hashed)
 	if err := <-hashed; err != nil {
 		r.resetAll()
-		return fmt.Errorf("ISO %.16s still does not match its sha512 after repair from the origin: %w", r.req.SHA512, err)
+		return false, fmt.Errorf("ISO %.16s still does not match its sha512 after repair from the origin: %w", r.req.SHA512, err)
 	}
-	return nil
+	return false, nil
+}
+
+// recheck checks every unvouched chunk against what the other holders advertise now. A chunk a
+// majority confirms stays unvouched (the origin is the last word if the sha512 still fails); one
+// whose majority digest differs is dropped, to be fetched again, and its source avoided.
+func (r *run) recheck(ctx context.Context) (confirmed, bad int, bySource map[string]int) {
+	bySource = map[string]int{}
+	for c, src := range r.weak {
+		want, ok := r.vouch(ctx, c, src)
+		if !ok {
+			continue
+		}
+		r.iso.mu.RLock()
+		have := r.iso.digests[c]
+		r.iso.mu.RUnlock()
+		if bytes.Equal(want, have[:]) {
+			confirmed++
+			continue
+		}
+		bad++
+		bySource[src]++
+		r.f.o.metrics.failed("chunk")
+		r.avoid[src] = time.Now().Add(r.f.o.avoidFor)
+		r.fromPeers -= r.iso.chunkLen(c)
+		r.iso.dropChunk(c)
+		delete(r.weak, c)
+	}
+	if bad > 0 {
+		_ = r.iso.saveSidecar() // a restart must not take the dropped chunks for held
+	}
+	return confirmed, bad, bySource
 }
 
 // resetAll forgets every chunk so that the next Fetch starts over.

@@ -2,6 +2,10 @@ package peer
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,11 +31,63 @@ type BlobStore interface {
 //	                                   serves only the chunks it holds, 416 otherwise)
 //	GET      /v1/iso/{sha512}/chunks   the sha256 of every held chunk (ChunkList as JSON)
 //	GET/HEAD /v2/{name}/blobs/{digest} image blobs by digest, the OCI distribution path
+//
+// Peers prove that they are members of the ring with a bearer token (see Token):
+// blobs are served only to them, and never without a token configured (the blobs of a node's
+// image store are not all public); the ISO paths ask for the token when one is configured (see
+// RequireToken).
 type Handler struct {
 	log     *slog.Logger
 	store   *Store
 	metrics *Metrics
 	mux     *http.ServeMux
+	token   string
+}
+
+// HandlerOption configures a Handler.
+type HandlerOption func(*Handler)
+
+// RequireToken makes the Handler serve blobs, and the ISO paths, only to requests that carry
+// "Authorization: Bearer <token>" (401 without it, 403 with another). Without a token the ISO
+// paths are open (the ISO is the release, public) and no blob is served (403).
+func RequireToken(token string) HandlerOption { return func(h *Handler) { h.token = token } }
+
+// tokenLabel is what the token is the HMAC of: a fixed label, so that the gossip key itself
+// never travels and a token does not serve for anything else.
+const tokenLabel = "upgrade-repo peer v1"
+
+// Token returns the bearer token of a ring whose members share secret (the gossip key):
+// hex(HMAC-SHA256(secret, "upgrade-repo peer v1")), or "" for an empty secret.
+func Token(secret []byte) string {
+	if len(secret) == 0 {
+		return ""
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(tokenLabel))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// authorized answers 401 or 403 and returns false unless r carries the token. Without a token
+// configured, it lets r through only when open is true.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, open bool) bool {
+	if h.token == "" {
+		if open {
+			return true
+		}
+		http.Error(w, "this node shares blobs only with the members of a gossip ring with a key (--gossip-key-file)", http.StatusForbidden)
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="upgrade-repo peers"`)
+		http.Error(w, "a peer's bearer token is required", http.StatusUnauthorized)
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
+		http.Error(w, "the bearer token is not this ring's", http.StatusForbidden)
+		return false
+	}
+	return true
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -49,8 +105,11 @@ type ChunkList struct {
 }
 
 // NewHandler returns the handler over store. metrics may be nil.
-func NewHandler(log *slog.Logger, store *Store, metrics *Metrics) *Handler {
+func NewHandler(log *slog.Logger, store *Store, metrics *Metrics, opts ...HandlerOption) *Handler {
 	h := &Handler{log: log, store: store, metrics: metrics, mux: http.NewServeMux()}
+	for _, o := range opts {
+		o(h)
+	}
 	h.mux.HandleFunc("GET /v1/iso/{sha512}", h.serveISO)
 	h.mux.HandleFunc("GET /v1/iso/{sha512}/chunks", h.serveChunks)
 	h.mux.HandleFunc("GET /v2/{path...}", h.serveBlob)
@@ -61,6 +120,9 @@ func NewHandler(log *slog.Logger, store *Store, metrics *Metrics) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(w, r, true) {
+		return
+	}
 	l, ok := h.store.ISO(r.PathValue("sha512"))
 	if !ok {
 		http.Error(w, "ISO not held", http.StatusNotFound)
@@ -71,6 +133,9 @@ func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(w, r, true) {
+		return
+	}
 	l, ok := h.store.ISO(r.PathValue("sha512"))
 	if !ok {
 		http.Error(w, "ISO not held", http.StatusNotFound)
@@ -94,6 +159,14 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
 		http.Error(w, "range not held yet", http.StatusRequestedRangeNotSatisfiable)
 		return
+	}
+	if r.Method != http.MethodHead {
+		if err := l.Check(off, n); err != nil {
+			// The chunk is withdrawn from what this node advertises: the peer turns to another.
+			w.Header().Del("Content-Range")
+			http.Error(w, fmt.Sprintf("this node's copy is damaged there: %v", err), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	w.Header().Set("Accept-Ranges", "bytes")
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -144,6 +217,9 @@ func parseRange(s string, size int64) (int64, int64, error) {
 }
 
 func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(w, r, false) {
+		return
+	}
 	path := r.PathValue("path")
 	i := strings.LastIndex(path, "/blobs/")
 	if i <= 0 {

@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
+
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 )
 
 // DefaultChunkSize is the chunk size of ISOs shared between peers. All nodes sharing an ISO must
@@ -22,14 +25,37 @@ const DefaultChunkSize = 4 << 20
 type Store struct {
 	dir   *Directory
 	blobs BlobStore
+	o     storeOptions
 
 	mu   sync.RWMutex
 	isos map[string]*LocalISO
 }
 
+type storeOptions struct {
+	log      *slog.Logger
+	onDamage func(sha512 string, d *chunks.DamageError)
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*storeOptions)
+
+// WithStoreLogger sets the logger that reports chunks found damaged on disk (default: discard).
+func WithStoreLogger(l *slog.Logger) StoreOption { return func(o *storeOptions) { o.log = l } }
+
+// WithOnDamage sets a function called when a chunk of a complete ISO is found damaged on disk
+// (chunk -1: the file was replaced), after the chunk was withdrawn from what the node serves and
+// advertises. It is called from the goroutine that found the damage and must not block.
+func WithOnDamage(f func(sha512 string, d *chunks.DamageError)) StoreOption {
+	return func(o *storeOptions) { o.onDamage = f }
+}
+
 // NewStore returns a store that publishes in dir. blobs may be nil.
-func NewStore(dir *Directory, blobs BlobStore) *Store {
-	return &Store{dir: dir, blobs: blobs, isos: map[string]*LocalISO{}}
+func NewStore(dir *Directory, blobs BlobStore, opts ...StoreOption) *Store {
+	o := storeOptions{log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Store{dir: dir, blobs: blobs, o: o, isos: map[string]*LocalISO{}}
 }
 
 // ISO returns the local ISO with the given sha512, if any.
@@ -93,6 +119,10 @@ func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, erro
 	for c := range n {
 		l.held.Set(c)
 	}
+	if err := l.guard(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	s.add(l)
 	return l, nil
 }
@@ -111,6 +141,8 @@ type LocalISO struct {
 	held     Bitmap
 	digests  [][sha256.Size]byte
 	complete bool
+	// verifier checks the chunks of a complete ISO again before they are served; nil until then.
+	verifier *chunks.Verifier
 }
 
 // SHA512 returns the ISO's sha512 (hex).
@@ -187,6 +219,55 @@ func (l *LocalISO) ChunkDigests() []string {
 		}
 	}
 	return out
+}
+
+// Verifier returns the check of a complete ISO's chunks against the digests it was verified with
+// (see package chunks), which every server of its bytes calls before sending them; nil while the
+// ISO is being fetched. Chunks it finds damaged are withdrawn from the held chunks.
+func (l *LocalISO) Verifier() *chunks.Verifier {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.verifier
+}
+
+// Check returns nil when bytes [off, off+n) may be served: always for a partial download (its
+// chunks were verified as they were written), for a complete ISO when the Verifier accepts them.
+func (l *LocalISO) Check(off, n int64) error {
+	if v := l.Verifier(); v != nil {
+		return v.Check(off, n)
+	}
+	return nil
+}
+
+// guard makes the Verifier of a complete ISO whose chunks were all just verified.
+func (l *LocalISO) guard() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sums := chunks.Sums{Size: l.size, ChunkSize: l.chunkSize, Digests: l.digests}
+	v, err := chunks.NewVerifier(l.f, l.path, sums, chunks.WithVerified(), chunks.WithLogger(l.store.o.log),
+		chunks.WithOnDamage(l.damaged))
+	if err != nil {
+		return fmt.Errorf("ISO %.16s: %w", l.sha512, err)
+	}
+	l.verifier = v
+	return nil
+}
+
+// damaged withdraws a chunk found damaged on disk (every chunk when the file was replaced) from
+// what this node serves and advertises.
+func (l *LocalISO) damaged(d *chunks.DamageError) {
+	l.mu.Lock()
+	if d.Chunk < 0 {
+		l.held = NewBitmap(numChunks(l.size, l.chunkSize))
+	} else {
+		l.held.Clear(d.Chunk)
+	}
+	l.complete = false
+	l.mu.Unlock()
+	l.publish()
+	if f := l.store.o.onDamage; f != nil {
+		f(l.sha512, d)
+	}
 }
 
 // File returns the open file holding the bytes; the caller must not close it and must read only
@@ -310,6 +391,9 @@ func (l *LocalISO) finish(final string) error {
 	l.path = final
 	l.complete = true
 	l.mu.Unlock()
+	if err := l.guard(); err != nil {
+		return err
+	}
 	l.publish()
 	return nil
 }

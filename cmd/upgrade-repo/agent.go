@@ -27,6 +27,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
@@ -280,6 +281,8 @@ type agentNode struct {
 	rm     *repo.Metrics
 	cs     *containerd.Store // nil without --containerd-sock
 	plans  *instructionBox   // nil without --report
+	// shared are the blobs served to peers: the release's images' (nil without containerd).
+	shared *sharedBlobs
 }
 
 func agent(ctx context.Context, a *app, c agentConfig) error {
@@ -304,13 +307,18 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	}
 	var cs *containerd.Store
 	var blobs peer.BlobStore
+	var shared *sharedBlobs
 	if c.sock != "" {
 		if cs, err = containerd.New(ctx, c.sock, containerd.WithLogger(a.log)); err != nil {
 			return err
 		}
 		defer cs.Close()
-		blobs = containerdBlobs{cs}
+		shared = &sharedBlobs{listed: peer.NewListedBlobs(containerdBlobs{cs})}
+		blobs = shared.listed
 	}
+	// Peers prove membership with a token derived from the gossip key; without a key no blob is
+	// served (see peer.Handler).
+	token := peer.Token(key)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -339,7 +347,9 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	}
 
 	dir := peer.NewDirectory(c.node)
-	store := peer.NewStore(dir, blobs)
+	var n *agentNode // set below; damage is found only once the ISO is served
+	store := peer.NewStore(dir, blobs, peer.WithStoreLogger(a.log),
+		peer.WithOnDamage(func(sha string, d *chunks.DamageError) { n.damaged(sha, d) }))
 	gopts := []memberlist.Option{memberlist.WithBind(gHost, gPort), memberlist.WithMetrics(pm)}
 	if c.gossipAdvertise != "" {
 		gopts = append(gopts, memberlist.WithAdvertise(c.gossipAdvertise))
@@ -357,7 +367,8 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	if len(seeds) == 0 {
 		settle = 0 // alone by design: nobody to split the work with
 	}
-	fetcher, err := peer.NewFetcher(a.log, dir, gossip, store, peer.WithMetrics(pm), peer.WithSettle(settle))
+	fetcher, err := peer.NewFetcher(a.log, dir, gossip, store, peer.WithMetrics(pm), peer.WithSettle(settle),
+		peer.WithToken(token))
 	if err != nil {
 		ln.Close()
 		_ = gossip.Shutdown()
@@ -369,7 +380,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	board.s.ISO.State = "pending"
 
 	server := repo.NewServer(rm, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), a.log)
-	peers := peer.NewHandler(a.log, store, pm)
+	peers := peer.NewHandler(a.log, store, pm, peer.RequireToken(token))
 	mux := http.NewServeMux()
 	mux.Handle("/v1/iso/", peers)
 	mux.Handle("/v2/", peers)
@@ -378,7 +389,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	srv := &http.Server{Handler: repo.MergeSlashes(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	a.log.Info("agent listening", "node", c.node, "http", ln.Addr().String(), "advertise", gossip.HTTPAddr(), "gossip", gossip.Addr(), "report", c.kube != nil)
 
-	n := &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs}
+	n = &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs, shared: shared}
 	if c.kube != nil {
 		n.plans = newInstructionBox()
 	}
@@ -447,7 +458,7 @@ func (n *agentNode) holdGiven(ctx context.Context) error {
 		n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
 		return err
 	}
-	h, closer, err := openRelease(path, sum, n.rm, n.a.log)
+	h, closer, err := openRelease(path, sum, n.rm, n.a.log, n.verifier(sum.Hex()))
 	if err != nil {
 		n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
 		return err
@@ -521,7 +532,7 @@ func (n *agentNode) holdPlanned(ctx context.Context, in report.Instruction, hex 
 	if err == nil {
 		var h *repo.Handler
 		var closer func() error
-		if h, closer, err = openRelease(path, sum, n.rm, n.a.log); err != nil {
+		if h, closer, err = openRelease(path, sum, n.rm, n.a.log, n.verifier(hex)); err != nil {
 			n.a.log.Error("open the ISO of an upgrade plan", "plan", in.Plan, "err", err)
 			n.board.update(func(s *agentStatus) { s.ISO.State, s.Error = "failed", err.Error() })
 		} else {
@@ -541,6 +552,7 @@ func (n *agentNode) holdPlanned(ctx context.Context, in report.Instruction, hex 
 	if err := n.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
 		n.a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
 	}
+	n.shareReleaseBlobs(ctx, nil)
 	n.reset()
 }
 
@@ -579,13 +591,13 @@ func (n *agentNode) preloadWhenAllowed(ctx context.Context, path, hex string) er
 			return err
 		}
 	}
-	agentPreload(ctx, n.a, n.cs, path, n.board)
-	n.advertiseOnce(ctx)
+	refs := agentPreload(ctx, n.a, n.cs, path, n.board)
+	n.shareReleaseBlobs(ctx, refs)
 	return ctx.Err()
 }
 
-// advertiseBlobs publishes the content store's blobs in the directory now and every few minutes,
-// so that peers find the layers this node can give them.
+// advertiseBlobs publishes the release's blobs that containerd holds in the directory now and
+// every few minutes, so that peers find the layers this node can give them.
 func (n *agentNode) advertiseBlobs(ctx context.Context) {
 	for {
 		n.advertiseOnce(ctx)
@@ -594,19 +606,6 @@ func (n *agentNode) advertiseBlobs(ctx context.Context) {
 			return
 		case <-time.After(5 * time.Minute):
 		}
-	}
-}
-
-func (n *agentNode) advertiseOnce(ctx context.Context) {
-	digests, err := n.cs.Blobs(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			n.a.log.Warn("list containerd blobs for peers", "err", err)
-		}
-		return
-	}
-	if err := n.dir.AddBlobs(digests...); err != nil {
-		n.a.log.Warn("publish containerd blobs", "err", err)
 	}
 }
 
@@ -834,9 +833,10 @@ func agentISO(ctx context.Context, a *app, c agentConfig, store *peer.Store, f *
 	}
 }
 
-// agentPreload imports the release's images from the local ISO into containerd. A failure is
-// logged and left in the status for the sequencer: the repo keeps serving.
-func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard) {
+// agentPreload imports the release's images from the local ISO into containerd and returns the
+// references its image lists name. A failure is logged and left in the status for the sequencer:
+// the repo keeps serving.
+func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard) (refs []string) {
 	err := func() error {
 		f, err := os.Open(path)
 		if err != nil {
@@ -859,7 +859,12 @@ func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string
 		board.mu.Lock()
 		board.preloadr = p
 		board.mu.Unlock()
-		_, _, err = p.Run(ctx, fs.FS(fsys))
+		plan, _, err := p.Run(ctx, fs.FS(fsys))
+		if plan != nil {
+			for _, s := range plan.Steps {
+				refs = append(refs, s.Images...)
+			}
+		}
 		return err
 	}()
 	if err != nil && ctx.Err() == nil {
@@ -870,4 +875,5 @@ func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string
 		}
 		board.mu.Unlock()
 	}
+	return refs
 }

@@ -294,6 +294,8 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	})
 	c := testAgentConfig(t, "n1", kube)
 	c.isoFile, c.isoChecksum, c.sock = isoPath, sum.String(), d.Socket
+	var key []byte
+	c.keyFile, key = writeKeyFile(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
@@ -326,24 +328,18 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	require.Positive(t, st.Preload.BytesDone)
 	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
 
-	// Every blob of the content store is served by digest, and verifies.
-	blobs, err = cs.Blobs(t.Context())
-	require.NoError(t, err)
-	require.NotEmpty(t, blobs)
+	// Every blob of the release's images is served by digest to the ring's members, and verifies.
+	blobs = releaseBlobs(t, c.listen, cs)
+	bearer := []string{"Authorization", "Bearer " + peerToken(key)}
 	for _, dg := range blobs {
-		resp, err := http.Get("http://" + c.listen + "/v2/any/blobs/" + dg)
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, dg)
+		status, body, complete := get(t, "http://"+c.listen+"/v2/any/blobs/"+dg, bearer...)
+		require.True(t, complete)
+		require.Equal(t, http.StatusOK, status, dg)
 		h := sha256.Sum256(body)
 		require.Equal(t, dg, "sha256:"+hex.EncodeToString(h[:]))
 	}
-	resp, err := http.Get("http://" + c.listen + "/v2/any/blobs/sha256:" + strings.Repeat("0", 64))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	status, _, _ := get(t, "http://"+c.listen+"/v2/any/blobs/sha256:"+strings.Repeat("0", 64), bearer...)
+	require.Equal(t, http.StatusNotFound, status)
 
 	cancel()
 	require.NoError(t, <-done)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
@@ -97,15 +100,20 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 	})
 	var closeISO func() error
 	g.Go(func() error {
-		path, err := acquire.Acquire(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(am))
+		ver, err := acquire.AcquireVerified(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(am))
 		if err != nil {
 			return err
 		}
-		h, closer, err := openRelease(path, src.Checksum, rm, a.log)
+		v, closeV, err := cacheVerifier(ver, a.log)
 		if err != nil {
 			return err
 		}
-		closeISO = closer
+		h, closer, err := openRelease(ver.Path, src.Checksum, rm, a.log, v)
+		if err != nil {
+			_ = closeV()
+			return err
+		}
+		closeISO = func() error { return errors.Join(closer(), closeV()) }
 		server.SetHandler(h)
 		if ready != nil {
 			ready()
@@ -135,8 +143,38 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 	return nil
 }
 
+// cacheVerifier returns the check of the verified copy's chunks that every byte served goes
+// through (nil when no chunk digests were recorded: a local file without a checksum), and what
+// closes it. A damaged chunk makes the cache forget that the copy was verified, so that the next
+// start hashes it again and fetches it anew.
+func cacheVerifier(ver acquire.Verified, log *slog.Logger) (*chunks.Verifier, func() error, error) {
+	if ver.Chunks.IsZero() {
+		return nil, func() error { return nil }, nil
+	}
+	f, err := os.Open(ver.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	v, err := chunks.NewVerifier(f, ver.Path, ver.Chunks, chunks.WithLogger(log), chunks.WithOnDamage(func(*chunks.DamageError) {
+		once.Do(func() {
+			if err := ver.Invalidate(); err != nil {
+				log.Warn("forget that the damaged ISO was verified", "err", err)
+				return
+			}
+			log.Error("the cached ISO is damaged on disk: its damaged chunks are refused; restart to verify it again and fetch it anew", "path", ver.Path)
+		})
+	}))
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return v, f.Close, nil
+}
+
 // openRelease opens the ISO at path, indexes it and parses its metadata: what /readyz waits for.
-func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.Logger) (*repo.Handler, func() error, error) {
+// With v, every byte read or served is checked first (see chunks.Verifier).
+func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {
@@ -147,7 +185,13 @@ func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.L
 		f.Close()
 		return nil, nil, err
 	}
-	fsys, err := iso.Open(f, fi.Size())
+	var ra io.ReaderAt = f
+	var checks []repo.Option
+	if v != nil {
+		ra = v
+		checks = append(checks, repo.WithRangeCheck(v.Check))
+	}
+	fsys, err := iso.Open(ra, fi.Size())
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("open %s: %w", path, err)
@@ -164,14 +208,14 @@ func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.L
 	if sum.IsZero() {
 		identity = fmt.Sprintf("%s/%d/%d/%d", info.VolumeID, fi.Size(), modTime.UnixNano(), fi.ModTime().UnixNano())
 	}
-	h, err := repo.New(fsys,
+	h, err := repo.New(fsys, append([]repo.Option{
 		repo.WithBackingFile(path),
 		repo.WithIdentity(identity),
 		repo.WithVolumeID(info.VolumeID),
 		repo.WithModTime(modTime),
 		repo.WithMetrics(m),
 		repo.WithLogger(log),
-	)
+	}, checks...)...)
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("open %s: %w", path, err)

@@ -80,12 +80,17 @@ var rules = []rule{
 	{
 		name:      "repo knows fs.FS and HTTP, not where the files come from",
 		applies:   under("repo"),
-		forbidden: ours("iso", "acquire", "preload", "peer", "sequencer", "api", "policy"),
+		forbidden: ours("iso", "acquire", "preload", "peer", "sequencer", "api", "policy", "chunks"),
 	},
 	{
 		name:      "peer decides who has what, not how the ISO is read or imported",
 		applies:   exactly("peer"),
 		forbidden: ours("iso", "repo", "preload", "acquire", "sequencer", "api", "policy"),
+	},
+	{
+		name:      "chunks checks files: the standard library only",
+		applies:   under("chunks"),
+		forbidden: func(p string) bool { return !standard(p) },
 	},
 	{
 		name:      "policy is pure: the standard library only",
@@ -172,6 +177,7 @@ func TestRulesBite(t *testing.T) {
 		"repo knows fs.FS and HTTP, not where the files come from":       {"repo", module + "/iso"},
 		"peer decides who has what, not how the ISO is read or imported": {"peer", module + "/preload"},
 		"policy is pure: the standard library only":                      {"policy", "github.com/stretchr/testify/require"},
+		"chunks checks files: the standard library only":                 {"chunks", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":    {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
 		"no library package imports the commands":                        {"repo", module + "/cmd/upgrade-repo"},
 	}

@@ -217,7 +217,34 @@ func (n *Node) Join(ctx context.Context, seeds []string) (int, error) {
 	if joined == 0 && err != nil {
 		return 0, fmt.Errorf("join gossip seeds %v: %w", addrs, err)
 	}
+	n.syncOthers(addrs)
 	return joined, nil
+}
+
+// syncOthers exchanges full state with every member whose inventory the directory lacks after a
+// join: a join exchanges state with the seeds only, and the other members' inventories would come
+// only with their periodic push/pull, up to half a minute later. Until then a node could take
+// everything from its seed with nobody to vouch for the bytes.
+func (n *Node) syncOthers(contacted []string) {
+	seen := map[string]bool{n.Addr(): true}
+	for _, a := range contacted {
+		seen[a] = true
+	}
+	var others []string
+	for _, m := range n.ml.Members() {
+		a := net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))
+		if m.Name == n.dir.Self() || seen[a] || n.dir.Knows(m.Name) {
+			continue
+		}
+		seen[a] = true
+		others = append(others, a)
+	}
+	if len(others) == 0 {
+		return
+	}
+	if _, err := n.ml.Join(others); err != nil {
+		n.log.Debug("exchange state with the other members", "members", len(others), "err", err)
+	}
 }
 
 // Run broadcasts the local directory changes, batched, until ctx ends; then it leaves the ring

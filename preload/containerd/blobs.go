@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -69,6 +70,71 @@ func (s *Store) Blobs(ctx context.Context) ([]string, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list blobs: %w", classify(err))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ImageBlobs returns the sha256 digests, sorted, of the blobs of the named images that the
+// namespace's content store holds: each image's index or manifest, the manifests of an index that
+// are present, their configs and layers. What a node may share with its peers is these, not the
+// whole store (which holds the layers of private images too). Names the namespace does not hold
+// are skipped. It is safe for concurrent use.
+func (s *Store) ImageBlobs(ctx context.Context, refs []string) ([]string, error) {
+	ctx = s.nsctx(ctx)
+	is := s.client.ImageService()
+	c := &checker{cs: s.client.ContentStore(), known: map[digest.Digest]bool{}}
+	found := map[digest.Digest]bool{}
+	var walk func(desc ocispec.Descriptor, depth int) error
+	walk = func(desc ocispec.Descriptor, depth int) error {
+		if depth > maxDepth || found[desc.Digest] {
+			return nil
+		}
+		if ok, err := c.has(ctx, desc.Digest); !ok || err != nil {
+			return err
+		}
+		found[desc.Digest] = true
+		switch {
+		case images.IsIndexType(desc.MediaType):
+			var idx ocispec.Index
+			if ok, err := c.readJSON(ctx, desc, &idx); !ok || err != nil {
+				return err
+			}
+			for _, m := range idx.Manifests {
+				if err := walk(m, depth+1); err != nil {
+					return err
+				}
+			}
+		case images.IsManifestType(desc.MediaType):
+			var m ocispec.Manifest
+			if ok, err := c.readJSON(ctx, desc, &m); !ok || err != nil {
+				return err
+			}
+			for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+				if err := walk(d, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, ref := range refs {
+		img, err := is.Get(ctx, ref)
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("image blobs of %s: %w", ref, classify(err))
+		}
+		if err := walk(img.Target, 0); err != nil {
+			return nil, fmt.Errorf("image blobs of %s: %w", ref, classify(err))
+		}
+	}
+	out := make([]string, 0, len(found))
+	for d := range found {
+		if blobDigestRe.MatchString(d.String()) {
+			out = append(out, d.String())
+		}
 	}
 	slices.Sort(out)
 	return out, nil

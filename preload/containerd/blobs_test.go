@@ -68,3 +68,35 @@ func TestBlobsRealContainerd(t *testing.T) {
 		})
 	}
 }
+
+// ImageBlobs lists the blobs of the named images (indexes, manifests, configs, layers) and nothing
+// else the store holds: not a blob outside any image, not the blobs of an image not named.
+func TestImageBlobsRealContainerd(t *testing.T) {
+	d := containerdtest.Start(t)
+	s := newStore(t, d.Socket)
+	rel := newRelease(t)
+	_, err := s.Import(t.Context(), zstdReader(t, rel.docker.Data))
+	require.NoError(t, err)
+	all, err := s.Blobs(t.Context())
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+
+	got, err := s.ImageBlobs(t.Context(), append([]string{"docker.io/library/absent:v0"}, rel.docker.Refs...))
+	require.NoError(t, err)
+	// The archive's own index is not part of any image; everything else is.
+	require.Subset(t, all, got)
+	require.GreaterOrEqual(t, len(got), len(all)-1)
+
+	private := d.WriteBlob(t, s.ns, []byte("a layer of a private image"))
+	got2, err := s.ImageBlobs(t.Context(), rel.docker.Refs)
+	require.NoError(t, err)
+	require.Equal(t, got, got2)
+	require.NotContains(t, got2, private)
+
+	one, err := s.ImageBlobs(t.Context(), rel.docker.Refs[:1])
+	require.NoError(t, err)
+	require.Less(t, len(one), len(got), "another image's own layers are not listed")
+	none, err := s.ImageBlobs(t.Context(), nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -38,11 +39,28 @@ const DefaultNamespace = "k8s.io"
 // criLabel marks images as managed by the CRI plugin, as images it pulls itself are.
 const criLabel = "io.cri-containerd.image"
 
+// DefaultLeaseExpiry is how long an import's lease outlives a process that died holding it: the
+// lease protects what an import wrote until its images exist, and is deleted as soon as the
+// import ends, but a killed process cannot delete it. An hour is ample for one archive (the
+// largest import in minutes), and keeps what a crash left for an hour rather than containerd's
+// customary day.
+const DefaultLeaseExpiry = time.Hour
+
+// LeaseLabel marks the leases of imports (value "import"), so that an operator can tell them
+// apart in "ctr leases ls".
+const LeaseLabel = "upgrade-repo.harvesterhci.io/preload"
+
 // Store is a preload.Store over one containerd daemon and namespace. It is safe for concurrent use.
 type Store struct {
 	client *client.Client
 	ns     string
 	log    *slog.Logger
+	expiry time.Duration
+
+	mu sync.Mutex
+	// stale are the leases of failed imports that could not be deleted (the daemon was down):
+	// the next import deletes them, so that their content is collected.
+	stale []leases.Lease
 }
 
 var _ preload.Store = (*Store)(nil)
@@ -56,14 +74,21 @@ func WithNamespace(ns string) Option { return func(s *Store) { s.ns = ns } }
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
+// WithLeaseExpiry sets when the lease of an import expires if its process dies before deleting
+// it (default DefaultLeaseExpiry). An import must finish within it.
+func WithLeaseExpiry(d time.Duration) Option { return func(s *Store) { s.expiry = d } }
+
 // New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
-	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler)}
+	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.ns == "" {
 		return nil, errors.New("containerd: empty namespace")
+	}
+	if s.expiry <= 0 {
+		return nil, fmt.Errorf("containerd: lease expiry %s: want a positive duration", s.expiry)
 	}
 	c, err := client.New(socket, client.WithDefaultNamespace(s.ns), client.WithTimeout(10*time.Second))
 	if err != nil {
@@ -100,6 +125,24 @@ func classify(err error) error {
 	}
 	if errdefs.IsUnavailable(err) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.ResourceExhausted {
 		return fmt.Errorf("%w: %w", preload.ErrTransient, err)
+	}
+	return err
+}
+
+// classifyWrite is classify for the errors of writing an archive's content. A write stream that
+// the daemon closed under it (it crashed or restarted) fails with an error that has lost its
+// gRPC code ("failed to send write: EOF"), so the daemon is asked whether it is still there: an
+// error while it cannot be reached is transient. (A daemon back within the instant between the
+// two is not told apart from a real failure; the import then fails as it did.)
+func (s *Store) classifyWrite(ctx context.Context, err error) error {
+	err = classify(err)
+	if errors.Is(err, preload.ErrTransient) || ctx.Err() != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, verr := s.client.Version(pctx); verr != nil && errors.Is(classify(verr), preload.ErrTransient) {
+		return fmt.Errorf("%w: containerd went away: %w", preload.ErrTransient, err)
 	}
 	return err
 }
@@ -212,7 +255,9 @@ func (c *checker) readJSON(ctx context.Context, desc ocispec.Descriptor, v any) 
 func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err error) {
 	ctx = s.nsctx(ctx)
 	ls := s.client.LeasesService()
-	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	s.deleteStale(ctx, ls)
+	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(s.expiry),
+		leases.WithLabel(LeaseLabel, "import"))
 	if err != nil {
 		return nil, fmt.Errorf("create lease: %w", classify(err))
 	}
@@ -223,8 +268,11 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		if err != nil {
 			opts = append(opts, leases.SynchronousDelete)
 		}
-		if derr := ls.Delete(dctx, l, opts...); derr != nil {
-			s.log.Warn("deleting import lease failed", "lease", l.ID, "err", derr)
+		if derr := ls.Delete(dctx, l, opts...); derr != nil && !errdefs.IsNotFound(derr) {
+			s.log.Warn("deleting import lease failed, trying again at the next import", "lease", l.ID, "err", derr)
+			s.mu.Lock()
+			s.stale = append(s.stale, l)
+			s.mu.Unlock()
 		}
 	}()
 	ctx = leases.WithLease(ctx, l.ID)
@@ -232,7 +280,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 
 	index, err := archive.ImportIndex(ctx, cs, r)
 	if err != nil {
-		return nil, fmt.Errorf("read archive: %w", classify(err))
+		return nil, fmt.Errorf("read archive: %w", s.classifyWrite(ctx, err))
 	}
 	// Whatever follows the tar's end (padding, the compressed stream's checksum) is read too.
 	if _, err := io.Copy(io.Discard, r); err != nil {
@@ -256,6 +304,26 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// deleteStale deletes the leases earlier imports could not delete, keeping those that still
+// cannot be.
+func (s *Store) deleteStale(ctx context.Context, ls leases.Manager) {
+	s.mu.Lock()
+	stale := s.stale
+	s.stale = nil
+	s.mu.Unlock()
+	var kept []leases.Lease
+	for _, l := range stale {
+		if err := ls.Delete(ctx, l, leases.SynchronousDelete); err != nil && !errdefs.IsNotFound(err) {
+			kept = append(kept, l)
+			continue
+		}
+		s.log.Info("deleted the lease of an earlier failed import", "lease", l.ID)
+	}
+	s.mu.Lock()
+	s.stale = append(s.stale, kept...)
+	s.mu.Unlock()
 }
 
 // images walks the imported index for all platforms, labels every blob for the garbage collector

@@ -60,8 +60,9 @@ type Daemon struct {
 	// Log is the path of the file that collects the daemon's stdout and stderr.
 	Log string
 
-	cmd  *exec.Cmd
-	done chan error
+	binary string
+	cmd    *exec.Cmd
+	done   chan error
 }
 
 type options struct {
@@ -104,7 +105,7 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 		Root:   filepath.Join(dir, "root"),
 		Socket: filepath.Join(dir, "c.sock"),
 		Log:    filepath.Join(dir, "containerd.log"),
-		done:   make(chan error, 1),
+		binary: o.binary,
 	}
 	t.Cleanup(func() {
 		if err := d.stop(); err != nil {
@@ -112,27 +113,68 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 		}
 		_ = os.RemoveAll(dir)
 	})
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(config(d)), 0o600); err != nil {
+	if err := os.WriteFile(d.config(), []byte(config(d)), 0o600); err != nil {
 		t.Fatalf("containerdtest: %v", err)
 	}
-	logf, err := os.Create(d.Log)
-	if err != nil {
+	if err := d.launch(); err != nil {
 		t.Fatalf("containerdtest: %v", err)
+	}
+	return d
+}
+
+func (d *Daemon) config() string { return filepath.Join(d.Dir, "config.toml") }
+
+// launch starts the daemon process and waits until its socket accepts connections.
+func (d *Daemon) launch() error {
+	logf, err := os.OpenFile(d.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logf.Close()
-	d.cmd = exec.Command(o.binary, "--config", cfg, "--log-level", "warn")
+	d.done = make(chan error, 1)
+	d.cmd = exec.Command(d.binary, "--config", d.config(), "--log-level", "warn")
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	// Its own process group, so a signal sent to the test's group does not reach it first.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("containerdtest: start %s: %v", o.binary, err)
+		return fmt.Errorf("start %s: %w", d.binary, err)
 	}
 	go func() { d.done <- d.cmd.Wait() }()
 	if err := d.waitReady(); err != nil {
-		t.Fatalf("containerdtest: %v\n%s", err, d.logTail())
+		return fmt.Errorf("%w\n%s", err, d.logTail())
 	}
-	return d
+	return nil
+}
+
+// Kill ends the daemon at once with SIGKILL, as a crash or an out-of-memory kill would, and
+// waits for it to exit. Its clients see the connection drop; Restart brings it back.
+func (d *Daemon) Kill() error {
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return nil // already gone
+	default:
+	}
+	if err := d.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("containerdtest: kill: %w", err)
+	}
+	d.done <- <-d.done
+	return nil
+}
+
+// Restart starts a daemon that Kill stopped again, on the same root, state and socket, and
+// waits until it accepts connections. Kill and Restart must not be called concurrently.
+func (d *Daemon) Restart() error {
+	select {
+	case <-d.done:
+	default:
+		return errors.New("containerdtest: restart: the daemon is still running")
+	}
+	// A killed daemon leaves its socket file behind; the new one replaces it.
+	if err := d.launch(); err != nil {
+		return fmt.Errorf("containerdtest: restart: %w", err)
+	}
+	return nil
 }
 
 func config(d *Daemon) string {
@@ -199,7 +241,8 @@ func (d *Daemon) stop() error {
 		return nil
 	}
 	select {
-	case <-d.done:
+	case err := <-d.done:
+		d.done <- err
 		return nil // already gone
 	default:
 	}
