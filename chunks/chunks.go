@@ -7,7 +7,7 @@
 // covering it is served after start, and again after the file changed on disk (its size,
 // modification or change time, or its inode under the same path). A chunk that no longer matches
 // is refused from then on, and reported once. Checking a chunk costs one read and one sha256 of
-// 4 MiB (about 2.5 ms); a whole 6 GiB ISO is never hashed again before it is served.
+// 4 MiB (a few milliseconds); a whole 6 GiB ISO is never hashed again before it is served.
 package chunks
 
 import (
