@@ -73,10 +73,15 @@ func WithConcurrency(n int) Option { return func(p *Preloader) { p.concurrency =
 
 // WithRetry sets how long transient errors (the store or a source unavailable, as while
 // containerd restarts) are retried without progress before the preload gives up (default
-// DefaultRetryFor), and the first wait between attempts (default 250ms, doubling up to 5s).
-// Progress (bytes read, bytes imported) starts the time over.
+// DefaultRetryFor), and the first wait between attempts (default 250ms when base is zero,
+// doubling up to 5s). Progress (bytes read, bytes imported) starts the time over.
 func WithRetry(total, base time.Duration) Option {
-	return func(p *Preloader) { p.retry.total, p.retry.base = max(total, 0), max(base, time.Millisecond) }
+	return func(p *Preloader) {
+		p.retry.total = max(total, 0)
+		if base > 0 {
+			p.retry.base = base
+		}
+	}
 }
 
 // DefaultRetryFor is how long transient errors are retried without progress by default: a

@@ -59,6 +59,8 @@ type agentConfig struct {
 	node, listen, advertise, gossipListen, gossipAdvertise, join string
 	cacheDir, isoURL, isoChecksum, isoFile, sock, keyFile        string
 	grace, settle                                                time.Duration
+	// preloadRetry is how long the preload retries containerd while it is unavailable.
+	preloadRetry time.Duration
 
 	// kubeconfig and report: with report, the agent reports to and follows the cluster that
 	// kube (built from kubeconfig, or the in-cluster configuration) talks to.
@@ -89,6 +91,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.keyFile, "gossip-key-file", "", "a file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64)")
 	fset.DurationVar(&c.grace, "grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
 	fset.DurationVar(&c.settle, "settle", 3*time.Second, "how long nodes starting together wait to split the origin's work before asking it")
+	fset.DurationVar(&c.preloadRetry, "preload-retry-for", preload.DefaultRetryFor, "how long the preload retries containerd without progress while it is unavailable (restarting)")
 	fset.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to report to (default: the in-cluster configuration)")
 	_, inClusterErr := rest.InClusterConfig()
 	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
@@ -140,6 +143,8 @@ func (c *agentConfig) validate(nargs int) error {
 		return fmt.Errorf("--grace %s: want a duration of zero or more", c.grace)
 	case c.settle < 0:
 		return fmt.Errorf("--settle %s: want a duration of zero or more", c.settle)
+	case c.preloadRetry < 0:
+		return fmt.Errorf("--preload-retry-for %s: want a duration of zero or more", c.preloadRetry)
 	}
 	if c.isoFile == "" && c.isoURL != "" {
 		if err := acquire.CheckURL(c.isoURL); err != nil {
@@ -591,7 +596,7 @@ func (n *agentNode) preloadWhenAllowed(ctx context.Context, path, hex string) er
 			return err
 		}
 	}
-	refs := agentPreload(ctx, n.a, n.cs, path, n.board)
+	refs := agentPreload(ctx, n.a, n.cs, path, n.board, n.c.preloadRetry)
 	n.shareReleaseBlobs(ctx, refs)
 	return ctx.Err()
 }
@@ -836,7 +841,7 @@ func agentISO(ctx context.Context, a *app, c agentConfig, store *peer.Store, f *
 // agentPreload imports the release's images from the local ISO into containerd and returns the
 // references its image lists name. A failure is logged and left in the status for the sequencer:
 // the repo keeps serving.
-func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard) (refs []string) {
+func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard, retryFor time.Duration) (refs []string) {
 	err := func() error {
 		f, err := os.Open(path)
 		if err != nil {
@@ -852,7 +857,7 @@ func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string
 			return fmt.Errorf("open %s: %w", path, err)
 		}
 		p, err := preload.New(cs, []preload.Source{preload.NewFSSource("iso", fsys)},
-			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()))
+			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()), preload.WithRetry(retryFor, 0))
 		if err != nil {
 			return err
 		}

@@ -158,6 +158,8 @@ func TestHardenedUsage(t *testing.T) {
 		{"serve ftp origin", runServe, []string{"--iso-url", "ftp://x/a.iso", "--iso-checksum", sum, "--cache-dir", "/tmp"}, "http or https"},
 		{"agent negative grace", runAgent, []string{"--node-name", "n", "--iso", "/r.iso", "--grace", "-1s"}, "--grace -1s"},
 		{"agent negative settle", runAgent, []string{"--node-name", "n", "--iso", "/r.iso", "--settle", "-3s"}, "--settle -3s"},
+		{"agent negative preload retry", runAgent, []string{"--node-name", "n", "--iso", "/r.iso", "--preload-retry-for", "-1m"}, "--preload-retry-for -1m"},
+		{"preload negative retry", runPreload, []string{"--iso", "/r.iso", "--retry-for", "-1m"}, "--retry-for -1m"},
 		{"agent ftp origin", runAgent, []string{"--node-name", "n", "--iso-url", "ftp://x/a.iso", "--iso-checksum", sum, "--cache-dir", "/tmp"}, "http or https"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,6 +38,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	sock := fset.String("containerd-sock", "/run/containerd/containerd.sock", "containerd's socket (RKE2: /run/k3s/containerd/containerd.sock)")
 	ns := fset.String("namespace", containerd.DefaultNamespace, "containerd namespace")
 	concurrency := fset.Int("concurrency", 2, "archives imported at once")
+	retryFor := fset.Duration("retry-for", preload.DefaultRetryFor, "how long transient errors (containerd restarting, the repo unavailable) are retried without progress")
 	copyDir := fset.String("copy-to", "", "also place the archives in this directory (RKE2: /var/lib/rancher/rke2/agent/images)")
 	dryRun := fset.Bool("dry-run", false, "print what would be imported and why, change nothing")
 	output := fset.String("o", "text", "output format: text or json")
@@ -53,6 +54,8 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, *output)
 	case *concurrency < 1:
 		return fmt.Errorf("%w: --concurrency must be at least 1", errUsage)
+	case *retryFor < 0:
+		return fmt.Errorf("%w: --retry-for %s: want a duration of zero or more", errUsage, *retryFor)
 	}
 
 	var (
@@ -99,6 +102,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 		preload.WithLogger(a.log),
 		preload.WithRegisterer(prometheus.NewRegistry()),
 		preload.WithConcurrency(*concurrency),
+		preload.WithRetry(*retryFor, 0),
 		preload.WithCopyDir(*copyDir))
 	if err != nil {
 		return err
