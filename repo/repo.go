@@ -323,6 +323,7 @@ func (h *Handler) setFileHeaders(w http.ResponseWriter, e *entry) {
 }
 
 func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
+	r = boundRanges(r, e.size)
 	if e.size <= h.cfg.smallLimit {
 		sf, err := h.small(e)
 		if err != nil {
