@@ -200,6 +200,15 @@ render ownjobsa --set upgradeJob.serviceAccount.create=false --set upgradeJob.se
 has ownjobsa '- --job-service-account=upgrader$'
 hasnt ownjobsa 'kind: ClusterRoleBinding.*upgrade'
 
+# Compatibility mode: the sequencer's flags and its Role in the product's namespace.
+hasnt defaults 'compat-namespace'
+render compat --set compat.enabled=true
+has compat '- --compat-namespace=harvester-system$'
+has compat '- --cluster-domain=cluster\.local$'
+has compat 'name: t-upgrade-repo-sequencer-compat$'
+has compat 'namespace: harvester-system$'
+has compat 'resources: \["deployments"\]'
+
 render fixedkey --set gossip.key=0123456789abcdef0123456789abcdef
 has fixedkey "key: \"$(printf 0123456789abcdef0123456789abcdef | base64 -w0)\""
 
