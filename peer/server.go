@@ -250,6 +250,11 @@ func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Docker-Content-Digest", digest)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("ETag", `"`+digest+`"`)
+	if strings.Contains(r.Header.Get("Range"), ",") {
+		// Peers ask for whole blobs, or one range; a list of ranges (a multipart response, one
+		// part per range, as many as the header holds) gets the whole blob instead.
+		r.Header.Del("Range")
+	}
 	cw := &countingWriter{ResponseWriter: w}
 	http.ServeContent(cw, r, "", time.Time{}, rc)
 	h.metrics.served("blob", cw.n)
