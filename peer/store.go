@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
@@ -112,7 +113,11 @@ func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, erro
 	}
 	if got := hex.EncodeToString(whole.Sum(nil)); got != want {
 		f.Close()
-		return nil, fmt.Errorf("ISO %s: sha512 is %s, want %s: %w", path, got, want, ErrVerification)
+		err := fmt.Errorf("ISO %s: sha512 is %s, want %s: %w", path, got, want, ErrVerification)
+		if changed := s.changedChunks(path, want, size, chunkSize, digests); changed != "" {
+			err = fmt.Errorf("%w; changed since it was verified: %s", err, changed)
+		}
+		return nil, err
 	}
 	l := &LocalISO{store: s, sha512: want, size: size, chunkSize: chunkSize, path: path, f: f,
 		held: NewBitmap(n), digests: digests, complete: true}
@@ -288,6 +293,29 @@ func (l *LocalISO) publish() {
 	}
 }
 
+// changedChunks compares the chunk digests of the ISO at path with those recorded beside it when it
+// was verified, logs each chunk that differs and returns them for an error message ("" when no
+// record fits).
+func (s *Store) changedChunks(path, sha512 string, size, chunkSize int64, now [][sha256.Size]byte) string {
+	var sc sidecar
+	b, err := os.ReadFile(path + ".json")
+	if err != nil || json.Unmarshal(b, &sc) != nil || sc.SHA512 != sha512 || sc.Size != size ||
+		sc.ChunkSize != chunkSize || len(sc.Digests) != len(now) {
+		return ""
+	}
+	var out []string
+	for c, d := range sc.Digests {
+		if d == "" || d == hex.EncodeToString(now[c][:]) {
+			continue
+		}
+		s.o.log.Error("cached ISO changed on disk since it was verified", "path", path, "chunk", c, "offset", int64(c)*chunkSize)
+		if len(out) < 10 {
+			out = append(out, fmt.Sprintf("chunk %d (offset %d)", c, int64(c)*chunkSize))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // sidecar is the state of a partial download kept beside it, so that a restart resumes.
 type sidecar struct {
 	SHA512    string   `json:"sha512"`
@@ -386,11 +414,17 @@ func (l *LocalISO) finish(final string) error {
 	if err := os.Rename(l.path, final); err != nil {
 		return fmt.Errorf("move verified ISO into place: %w", err)
 	}
-	_ = os.Remove(l.path + ".json")
+	partial := l.path
 	l.mu.Lock()
 	l.path = final
 	l.complete = true
 	l.mu.Unlock()
+	// The chunk digests stay beside the verified ISO, so that a copy found changed at the next
+	// start is named chunk by chunk; Remove deletes them with the ISO.
+	if err := l.saveSidecar(); err != nil {
+		return err
+	}
+	_ = os.Remove(partial + ".json")
 	if err := l.guard(); err != nil {
 		return err
 	}

@@ -269,3 +269,41 @@ func TestAgentStopsServingACopyChangedUnderIt(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got))
 }
+
+// An agent restarted on a cached ISO changed on disk (four bytes, the modification time put back)
+// hashes it again, names the changed chunk, fetches the ISO anew and serves only the right bytes.
+func TestAgentRestartedOnACorruptedCache(t *testing.T) {
+	t.Parallel()
+	isoPath, sum := packTestISO(t)
+	want, err := os.ReadFile(isoPath)
+	require.NoError(t, err)
+	rootOff, rootLen := spanOf(t, isoPath, "rootfs.squashfs")
+	bad := rootOff + 5<<20 + 3
+	badChunk := bad / (4 << 20)
+	origin, sent := countingOrigin(t, isoPath)
+	cache := t.TempDir()
+	run := func(logs io.Writer) (string, func()) {
+		addr := freeAddr(t)
+		args := []string{"--node-name", "n1", "--listen", addr, "--gossip-listen", freeAddr(t), "--cache-dir", cache,
+			"--iso-url", origin.URL + "/release.iso", "--iso-checksum", sum.String()}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.NewTextHandler(logs, nil))}
+		go func() { done <- runAgent(ctx, a, args) }()
+		waitReady(t, addr, done)
+		return addr, func() { cancel(); require.NoError(t, <-done) }
+	}
+	_, stop := run(io.Discard)
+	stop()
+	corrupt(t, filepath.Join(cache, sum.Hex()+".iso"), bad)
+
+	var logs logBuffer
+	addr, stop := run(&logs)
+	defer stop()
+	status, body, complete := get(t, "http://"+addr+"/rootfs.squashfs")
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, complete)
+	require.True(t, bytes.Equal(want[rootOff:rootOff+rootLen], body))
+	require.EqualValues(t, 2*len(want), sent.Load(), "the changed copy was fetched again")
+	require.Contains(t, logs.String(), fmt.Sprintf("chunk=%d offset=%d", badChunk, badChunk*(4<<20)))
+}
