@@ -42,6 +42,7 @@ type Node struct {
 
 	closeOnce sync.Once
 	addr      string
+	logs      *slogWriter // memberlist's log lines, rate-limited
 
 	// memberlist's *Node values change under its own lock; the events delegate copies what is
 	// needed into this table instead.
@@ -121,6 +122,7 @@ func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...O
 	cfg.Delegate = (*delegate)(n)
 	cfg.Events = (*events)(n)
 	cfg.Logger = NewLogger(log)
+	n.logs, _ = cfg.Logger.Writer().(*slogWriter)
 	n.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: func() int {
 		if n.ml == nil {
 			return 1
@@ -366,10 +368,16 @@ func ReadKeyFile(path string) ([]byte, error) {
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // NewLogger returns a standard logger that forwards memberlist's "[LEVEL] memberlist: message"
-// lines to log at the matching slog level.
-func NewLogger(l *slog.Logger) *log.Logger { return log.New(&slogWriter{log: l}, "", 0) }
+// lines to log at the matching slog level. Lines above debug are rate-limited by kind (10 a
+// minute; see logLimiter): memberlist logs a line for every bad packet it receives.
+func NewLogger(l *slog.Logger) *log.Logger { return log.New(newSlogWriter(l), "", 0) }
 
-type slogWriter struct{ log *slog.Logger }
+type slogWriter struct {
+	log   *slog.Logger
+	limit *logLimiter
+}
+
+func newSlogWriter(l *slog.Logger) *slogWriter { return &slogWriter{log: l, limit: newLogLimiter()} }
 
 var _ io.Writer = (*slogWriter)(nil)
 
@@ -386,6 +394,17 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	line = strings.TrimPrefix(line, "memberlist: ")
-	w.log.Log(context.Background(), level, "gossip", "detail", line)
+	if level <= slog.LevelDebug || !w.log.Enabled(context.Background(), level) {
+		w.log.Log(context.Background(), level, "gossip", "detail", line)
+		return len(p), nil
+	}
+	ok, suppressed := w.limit.allow(line)
+	switch {
+	case !ok:
+	case suppressed > 0:
+		w.log.Log(context.Background(), level, "gossip", "detail", line, "suppressed", suppressed)
+	default:
+		w.log.Log(context.Background(), level, "gossip", "detail", line)
+	}
 	return len(p), nil
 }
