@@ -120,6 +120,25 @@ helmq lint --strict "$chart" "${iso[@]}" >/dev/null || { helmq lint --strict "$c
 helmq lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set sequencer.enabled=false \
   --set rbac.create=false >/dev/null || fail "helm lint with a fixed key, no sequencer, no ClusterRoles failed"
 
+# --- Gossip key stability (issue 11, item 4) -------------------------------------------------
+# Rendered without a cluster to ask (helm template, GitOps tools), the chart cannot keep a key it
+# generates: a new one at every render would split the ring of agents restarted in between. So
+# such a render fails unless gossip.key or gossip.existingSecret is given; a given key is used as
+# it is, the same at every render. (helm lint reports the failure as INFO and passes.)
+if out=$(helmq template t "$chart" --namespace ns "${iso[@]}" 2>&1); then
+  fail "render without a gossip key and without a cluster should have failed"
+fi
+grep -q 'gossip.key or gossip.existingSecret is required' <<<"$out" ||
+  fail "render without a gossip key failed without saying why: $out"
+keyed=(--namespace ns "${iso[@]}" --set gossip.key=0123456789abcdef0123456789abcdef --show-only templates/gossip-secret.yaml)
+[ "$(helmq template t "$chart" "${keyed[@]}")" = "$(helmq template t "$chart" "${keyed[@]}")" ] ||
+  fail "the gossip Secret differs between two renders with the same key"
+helmq template t "$chart" --namespace ns "${iso[@]}" --set gossip.existingSecret=k >/dev/null ||
+  fail "render with gossip.existingSecret and without a cluster failed"
+# The renders below have no cluster either: they give a key.
+iso+=(--set gossip.key=0123456789abcdef0123456789abcdef)
+# --- end of gossip key stability --------------------------------------------------------------
+
 # 3. Render value sets and check what each must (and must not) contain.
 render() { # render NAME ARGS...: renders into $work/NAME.yaml
   local name=$1; shift
