@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -51,6 +52,7 @@ type fetchOptions struct {
 	stallAfter time.Duration
 	avoidFor   time.Duration
 	settle     time.Duration
+	idle       time.Duration
 	tick       time.Duration
 }
 
@@ -103,6 +105,36 @@ func WithAvoidFor(d time.Duration) FetchOption { return func(o *fetchOptions) { 
 // third of it when every live member advertises the ISO and the membership did not change.
 func WithSettle(d time.Duration) FetchOption { return func(o *fetchOptions) { o.settle = d } }
 
+// WithIdleTimeout sets how long a chunk's response may go without a byte before it is abandoned
+// and the chunk asked again (default 30s): an origin that stalls without closing the connection
+// would otherwise hold its chunk for ever, as no peer hedges for it.
+func WithIdleTimeout(d time.Duration) FetchOption {
+	return func(o *fetchOptions) {
+		if d <= 0 {
+			d = time.Duration(math.MaxInt64) // no limit
+		}
+		o.idle = d
+	}
+}
+
+// errIdle is the cause of a chunk request abandoned for want of bytes.
+var errIdle = errors.New("no byte received")
+
+// idleBody restarts its request's idle timer at every read that brings bytes.
+type idleBody struct {
+	io.Reader
+	t *time.Timer
+	d time.Duration
+}
+
+func (b idleBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if n > 0 {
+		b.t.Reset(b.d)
+	}
+	return n, err
+}
+
 // NewFetcher returns a fetcher that finds holders in dir, their addresses in members, and stores
 // what it fetches in store.
 func NewFetcher(log *slog.Logger, dir *Directory, members Membership, store *Store, opts ...FetchOption) (*Fetcher, error) {
@@ -111,7 +143,7 @@ func NewFetcher(log *slog.Logger, dir *Directory, members Membership, store *Sto
 	}
 	o := fetchOptions{client: &http.Client{}, chunkSize: DefaultChunkSize, parallel: 4, originPar: 2,
 		hedgeAfter: 5 * time.Second, stallAfter: 10 * time.Second, avoidFor: time.Minute,
-		settle: 3 * time.Second, tick: 200 * time.Millisecond}
+		settle: 3 * time.Second, idle: 30 * time.Second, tick: 200 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -539,7 +571,11 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	if peerReq {
 		url = "http://" + j.addr + "/v1/iso/" + r.req.SHA512
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(r.f.o.idle, func() { cancel(errIdle) })
+	defer idle.Stop()
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
 	if err != nil {
 		return result{err: redact.Error(err)}
 	}
@@ -556,8 +592,11 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		return result{err: fmt.Errorf("GET %s chunk %d: status %s", redact.URL(url), j.chunk, resp.Status)}
 	}
 	data := r.getBuf(n)
-	if _, err := io.ReadFull(resp.Body, data); err != nil {
+	if _, err := io.ReadFull(idleBody{resp.Body, idle, r.f.o.idle}, data); err != nil {
 		r.putBuf(data)
+		if errors.Is(context.Cause(hctx), errIdle) {
+			err = fmt.Errorf("%w for %s", errIdle, r.f.o.idle)
+		}
 		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, err)}
 	}
 	sum := sha256.Sum256(data)
