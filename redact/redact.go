@@ -7,10 +7,7 @@
 // error of net/http's client, which quotes the URL it was asked for, through Error.
 package redact
 
-import (
-	"errors"
-	"net/url"
-)
+import "net/url"
 
 // Unparsable is what URL returns for a string that is not a URL: it cannot be told which part
 // of it is secret, so none of it is printed.
@@ -34,8 +31,8 @@ func URL(raw string) string {
 // errors.As still see what it wraps (a timeout, context.Canceled). Other errors are returned as
 // they are.
 func Error(err error) error {
-	var ue *url.Error
-	if !errors.As(err, &ue) || ue != err { //nolint:errorlint // only an unwrapped *url.Error can be replaced
+	ue, ok := err.(*url.Error) //nolint:errorlint // only an unwrapped *url.Error can be replaced by a copy
+	if !ok {
 		return err
 	}
 	return &url.Error{Op: ue.Op, URL: URL(ue.URL), Err: ue.Err}
