@@ -70,17 +70,20 @@ helmq() { "$helm" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
 
 # The kustomize base is the chart rendered with its defaults, minus Helm's own labels, with the
 # gossip key left to a Secret the user creates (a random key cannot live in a static manifest) and
-# the ClusterRoles taken from manifests/rbac instead of the chart.
+# the agents' node policy (ValidatingAdmissionPolicy, Kubernetes 1.30 and later). Its RBAC is the
+# chart's too: the generated roles hold Roles for namespaces that only the chart's values map to
+# real ones (and that may not exist, such as system-upgrade-controller's), so manifests/rbac cannot
+# be applied as it is.
 render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DIR/kustomization.yaml
   {
-    echo "# The upgrade-repo base: the generated CRDs and ClusterRoles, and the chart rendered with its"
-    echo "# defaults. Written by hack/verify-chart.sh update; do not edit."
+    echo "# The upgrade-repo base: the generated CRDs, and the chart rendered with its defaults (with"
+    echo "# controller-gen's ClusterRoles and Roles). Written by hack/verify-chart.sh update; do not edit."
     echo "apiVersion: kustomize.config.k8s.io/v1beta1"
     echo "kind: Kustomization"
     echo "resources:"
     echo "  - namespace.yaml"
     local f
-    for f in manifests/crd/*.yaml manifests/rbac/*/role.yaml; do
+    for f in manifests/crd/*.yaml; do
       [ -e "$f" ] && echo "  - ${f#manifests/}"
     done
     echo "  - upgrade-repo.yaml"
@@ -90,7 +93,8 @@ render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DI
     echo "# Do not edit: change the chart and regenerate. Patch the agent's --iso-url and --iso-checksum"
     echo "# (placeholders here) to name your release ISO."
     helmq template upgrade-repo "$chart" --namespace upgrade-repo-system "${iso[@]}" \
-      --set gossip.existingSecret=upgrade-repo-gossip --set rbac.create=false |
+      --set gossip.existingSecret=upgrade-repo-gossip \
+      --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy |
       grep -v -e '^ *helm.sh/chart:' -e '^ *app.kubernetes.io/managed-by:'
   } > "$1/upgrade-repo.yaml"
 }
@@ -226,10 +230,113 @@ has compat '- --compat-namespace=harvester-system$'
 has compat '- --cluster-domain=cluster\.local$'
 has compat 'name: t-upgrade-repo-sequencer-compat$'
 has compat 'namespace: harvester-system$'
-has compat 'resources: \["deployments"\]'
+has compat '^    - deployments$'
 
 render fixedkey --set gossip.key=0123456789abcdef0123456789abcdef
 has fixedkey "key: \"$(printf 0123456789abcdef0123456789abcdef | base64 -w0)\""
+
+# --- RBAC: namespaced permissions in Roles, agents bound to their node (issue 11, item 2) -----
+# controller-gen's roles hold the ClusterRole and one Role per namespace its markers name; the
+# chart maps those namespaces to the release's, `default`, systemUpgradeController.namespace and
+# compat.namespace (templates/_rbac.tpl). The sequencer may write cluster-wide only what drains
+# need; every namespaced write is in a Role. The agents' node policy renders where the API serves
+# ValidatingAdmissionPolicy v1.
+doc() { # doc RENDER KIND NAME [NAMESPACE]: prints that object's document of $work/RENDER.yaml
+  awk -v kind="$2" -v name="$3" -v ns="${4:-}" '
+    function flush() { if (k == kind && n == name && s == ns) printf "%s", buf; buf = k = n = s = "" }
+    /^---/ { flush(); next }
+    { buf = buf $0 "\n" }
+    /^[a-zA-Z]/ { top = $1 }
+    /^kind: / { k = $2 }
+    top == "metadata:" && /^  name: / { n = $2 }
+    top == "metadata:" && /^  namespace: / { s = $2 }
+    END { flush() }' "$work/$1.yaml"
+}
+resources() { # resources RENDER KIND NAME NAMESPACE: the resources a role's rules name, one a line
+  local d; d=$(doc "$@")
+  [ -n "$d" ] || fail "render $1: no $2 $3${4:+ in $4}"
+  awk '/^ *(- )?[a-zA-Z]+:/ { in_res = ($0 ~ /resources:/); next } in_res && /^ *- / { print $2 }' <<<"$d"
+}
+grants() { # grants RENDER KIND NAME NAMESPACE RESOURCE...: the role's rules name each resource
+  local got; got=$(resources "$1" "$2" "$3" "$4") || exit 1
+  local r=$1 k=$2 n=$3 ns=$4; shift 4
+  for res in "$@"; do grep -qx -- "$res" <<<"$got" || fail "render $r: $k $n${ns:+ in $ns} does not grant $res"; done
+}
+denies() { # denies RENDER KIND NAME NAMESPACE RESOURCE...: the role's rules name none of them
+  local got; got=$(resources "$1" "$2" "$3" "$4") || exit 1
+  local r=$1 k=$2 n=$3 ns=$4; shift 4
+  for res in "$@"; do ! grep -qx -- "$res" <<<"$got" || fail "render $r: $k $n${ns:+ in $ns} grants $res"; done
+}
+roles_in() { # roles_in RENDER: prints "NAMESPACE NAME" of every Role
+  awk '/^---/ { if (k == "Role") print s, n; k = n = s = ""; next }
+    /^[a-zA-Z]/ { top = $1 } /^kind: / { k = $2 }
+    top == "metadata:" && /^  name: / { n = $2 } top == "metadata:" && /^  namespace: / { s = $2 }
+    END { if (k == "Role") print s, n }' "$work/$1.yaml" | sort
+}
+seq_role=t-upgrade-repo-sequencer
+grants defaults ClusterRole "$seq_role" "" nodes pods pods/eviction poddisruptionbudgets upgradeplans reponodes versions
+denies defaults ClusterRole "$seq_role" "" jobs configmaps services endpointslices leases events plans deployments secrets
+grants defaults Role "$seq_role" ns jobs configmaps services endpointslices leases events
+denies defaults Role "$seq_role" ns plans deployments pods nodes
+grants defaults Role "$seq_role-events" default events
+denies defaults Role "$seq_role-events" default jobs configmaps services leases plans
+denies defaults ClusterRole t-upgrade-repo-agent "" jobs configmaps services events
+[ "$(roles_in defaults)" = "$(printf 'default %s-events\nns %s' "$seq_role" "$seq_role")" ] ||
+  fail "render defaults: Roles other than the sequencer's in ns and default: $(roles_in defaults)"
+grep -A12 "^kind: RoleBinding" "$work/defaults.yaml" | grep -q "name: $seq_role-events$" || fail "render defaults: no RoleBinding of the events Role"
+has defaults '- --suc-namespace=cattle-system$'
+hasnt defaults 'leader-election$'
+render suc --set systemUpgradeController.enabled=true --set systemUpgradeController.namespace=suc-ns \
+  --set compat.enabled=true --set compat.namespace=product
+has suc '- --suc-namespace=suc-ns$'
+grants suc Role "$seq_role-suc" suc-ns plans
+denies suc Role "$seq_role-suc" suc-ns jobs configmaps services deployments events
+grants suc Role "$seq_role-compat" product services deployments
+denies suc Role "$seq_role-compat" product jobs configmaps plans
+[ "$(roles_in suc | cut -d' ' -f1 | tr '\n' ' ')" = "default ns product suc-ns " ] ||
+  fail "render suc: Roles in unexpected namespaces: $(roles_in suc)"
+# The Roles stay apart when the namespaces they stand for are one.
+render samens --set systemUpgradeController.enabled=true --set systemUpgradeController.namespace=ns \
+  --set compat.enabled=true --set compat.namespace=ns
+[ "$(roles_in samens | tr '\n' ' ')" = "default $seq_role-events ns $seq_role ns $seq_role-compat ns $seq_role-suc " ] ||
+  fail "render samens: $(roles_in samens)"
+# Without rbac.create, the bindings name controller-gen's roles, applied separately.
+render norbac --set rbac.create=false --set systemUpgradeController.enabled=true
+hasnt norbac '^kind: (Cluster)?Role$'
+[ "$(grep -c '^kind: RoleBinding$' "$work/norbac.yaml")" = 3 ] || fail "render norbac: expected 3 RoleBindings"
+[ "$(grep -A3 '^roleRef:' "$work/norbac.yaml" | grep -c 'name: upgrade-repo-sequencer$')" = 4 ] ||
+  fail "render norbac: the sequencer's bindings do not all name upgrade-repo-sequencer"
+# A Role in a namespace the chart does not map fails the render instead of vanishing.
+cp -rL "$chart" "$work/unmapped"
+printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: upgrade-repo-sequencer\n  namespace: elsewhere\nrules:\n- apiGroups: [""]\n  resources: [secrets]\n  verbs: [get]\n' \
+  >> "$work/unmapped/files/sequencer-role.yaml"
+if out=$(helmq template t "$work/unmapped" "${iso[@]}" --set gossip.key=0123456789abcdef 2>&1); then
+  fail "a generated Role in an unmapped namespace rendered"
+fi
+grep -q 'Role in namespace "elsewhere", which templates/_rbac.tpl' <<<"$out" || fail "unmapped Role: unexpected failure: $out"
+# The agents' node policy: matched to the agent's ServiceAccount, comparing the RepoNode with the
+# token's node, on create and update of reponodes and their status; absent where the API lacks it.
+vap=(--api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy)
+hasnt defaults 'kind: ValidatingAdmissionPolicy'
+render vap "${vap[@]}"
+grep -q '^kind: ValidatingAdmissionPolicyBinding$' "$work/vap.yaml" || fail "render vap: no ValidatingAdmissionPolicyBinding"
+policy=$(doc vap ValidatingAdmissionPolicy t-upgrade-repo-agent-own-node)
+[ -n "$policy" ] || fail "render vap: no ValidatingAdmissionPolicy t-upgrade-repo-agent-own-node"
+for want in 'request.userInfo.username == "system:serviceaccount:ns:t-upgrade-repo-agent"' \
+  'resources: \["reponodes", "reponodes/status"\]' 'operations: \["CREATE", "UPDATE"\]' \
+  'request.userInfo.extra\["authentication.kubernetes.io/node-name"\]\[0\]' \
+  'object.metadata.name == variables.node' 'failurePolicy: Fail'; do
+  grep -qE -- "$want" <<<"$policy" || fail "render vap: the policy lacks '$want'"
+done
+binding=$(doc vap ValidatingAdmissionPolicyBinding t-upgrade-repo-agent-own-node)
+grep -q 'policyName: t-upgrade-repo-agent-own-node$' <<<"$binding" && grep -q 'validationActions: \[Deny\]' <<<"$binding" ||
+  fail "render vap: the binding does not deny through the policy: $binding"
+render novap "${vap[@]}" --set agent.nodeRestriction=false
+hasnt novap 'kind: ValidatingAdmissionPolicy'
+render noagentvap "${vap[@]}" --set agent.enabled=false
+hasnt noagentvap 'kind: ValidatingAdmissionPolicy'
+grep -q '^kind: ValidatingAdmissionPolicy$' manifests/upgrade-repo.yaml || fail "manifests/upgrade-repo.yaml lacks the agents' node policy"
+# --- end of RBAC --------------------------------------------------------------------------------
 
 # 4. Bad values fail with a clear message instead of rendering something broken.
 refuse() { # refuse WANT ARGS...: the render must fail and say WANT

@@ -19,6 +19,12 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
 
+// RBAC of compatibility mode: a Role in the product namespace (harvester-system stands for
+// --compat-namespace; see the RBAC comment in reconciler.go), which the chart renders only with
+// compat.enabled.
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;delete,namespace=harvester-system
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;delete,namespace=harvester-system
+
 // Compatibility mode: the product's own upgrade scripts (Harvester's package/upgrade/lib.sh)
 // hard-code their repo as http://upgrade-repo-<upgrade>.harvester-system/harvester-iso (port 80)
 // and, since v1.7, first wait for a Deployment upgrade-repo-<upgrade> in harvester-system to be

@@ -35,7 +35,18 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )
 
-// RBAC of the sequencer, generated into manifests/rbac/sequencer.
+// RBAC of the sequencer, generated into manifests/rbac/sequencer/role.yaml: a ClusterRole for
+// what is cluster-scoped or read across the cluster (plans, nodes, and the pods and
+// PodDisruptionBudgets of every namespace that drains evict), and a Role for each namespace it
+// writes in. The Roles' namespaces stand for the namespaces the sequencer is given, and the chart
+// (templates/_rbac.tpl) maps each to its value: upgrade-repo-system is the sequencer's own
+// (--namespace: Jobs, the installed-version ConfigMap, the agents' Service and EndpointSlices, the
+// leader Lease and its events), cattle-system is system-upgrade-controller's (--suc-namespace),
+// harvester-system compatibility mode's (--compat-namespace, compat.go). default is no stand-in:
+// events about cluster-scoped objects, the UpgradePlans, are written there. The informers of
+// cmd/upgrade-repo/sequencer.go list and watch namespaced kinds in those namespaces only, so the
+// Roles grant list and watch there; system-upgrade-controller's Plans are read uncached.
+//
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans,verbs=get;list;watch
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans/finalizers,verbs=update
@@ -44,15 +55,15 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete;deletecollection
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=upgrade.cattle.io,resources=plans,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;deletecollection,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=default
+// +kubebuilder:rbac:groups=upgrade.cattle.io,resources=plans,verbs=get;list;create;update;delete,namespace=cattle-system
 
 // Labels the sequencer puts on what it creates.
 const (

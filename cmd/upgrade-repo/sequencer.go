@@ -87,19 +87,6 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(a.log.Handler()))
-	// What the sequencer creates or reads by name lives in its namespace, and in compatibility
-	// mode in the product's: cache only those.
-	services := map[string]cache.Config{ns: {}}
-	byObject := map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
-		&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
-		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
-		&corev1.Service{}:            {Namespaces: services},
-	}
-	if *compatNS != "" {
-		services[*compatNS] = cache.Config{}
-		byObject[&appsv1.Deployment{}] = cache.ByObject{Namespaces: map[string]cache.Config{*compatNS: {}}}
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
 		LeaderElection:          *leaderElect,
@@ -108,7 +95,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		// Give up the lease on shutdown so a new leader starts at once.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		Cache:                         cache.Options{ByObject: byObject},
+		Cache:                         sequencerCache(ns, *compatNS),
 		HealthProbeBindAddress:        *probeAddr,
 	})
 	if err != nil {
@@ -149,6 +136,28 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	}
 	a.log.Info("sequencer stopped", "uptime", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// sequencerCache returns the cache options of the sequencer with its namespace ns and
+// compatibility mode's namespace compatNS (empty: off). What the sequencer creates or reads by
+// name lives in its namespace, and in compatibility mode in the product's: those kinds are listed
+// and watched there only, as the sequencer's Roles allow no more (the RBAC markers in
+// sequencer/reconciler.go and sequencer/compat.go; TestSequencerCacheMatchesRoles keeps the two
+// in step). Pods, PodDisruptionBudgets, nodes and the project's cluster-scoped kinds are watched
+// across the cluster, under the ClusterRole.
+func sequencerCache(ns, compatNS string) cache.Options {
+	services := map[string]cache.Config{ns: {}}
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:          {Namespaces: map[string]cache.Config{ns: {}}},
+		&batchv1.Job{}:               {Namespaces: map[string]cache.Config{ns: {}}},
+		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{ns: {}}},
+		&corev1.Service{}:            {Namespaces: services},
+	}
+	if compatNS != "" {
+		services[compatNS] = cache.Config{}
+		byObject[&appsv1.Deployment{}] = cache.ByObject{Namespaces: map[string]cache.Config{compatNS: {}}}
+	}
+	return cache.Options{ByObject: byObject}
 }
 
 // waitAPIServer waits until the API server answers, with backoff, for at most timeout: after a
