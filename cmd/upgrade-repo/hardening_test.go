@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
+	"github.com/upgrade-repo/upgrade-repo/preload/preloadtest"
 )
 
 // The secrets an origin URL may carry; none of them may be printed.
@@ -35,10 +38,11 @@ func requireNoSecret(t *testing.T, what, s string) {
 }
 
 // lockedBuffer is a log destination safe for concurrent writes; warned is signalled at every
-// record at level WARN or above.
+// record at level WARN or above, or holding on when that is set.
 type lockedBuffer struct {
 	mu     sync.Mutex
 	buf    bytes.Buffer
+	on     []byte
 	warned chan struct{}
 }
 
@@ -47,7 +51,7 @@ func newLockedBuffer() *lockedBuffer { return &lockedBuffer{warned: make(chan st
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if bytes.Contains(p, []byte("level=WARN")) || bytes.Contains(p, []byte("level=ERROR")) {
+	if bytes.Contains(p, []byte("level=WARN")) || bytes.Contains(p, []byte("level=ERROR")) || l.on != nil && bytes.Contains(p, l.on) {
 		select {
 		case l.warned <- struct{}{}:
 		default:
@@ -170,4 +174,37 @@ func TestHardenedUsage(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// A preload started while containerd is down (restarting) waits for it, up to --retry-for.
+func TestPreloadWaitsForContainerd(t *testing.T) {
+	d := containerdtest.Start(t)
+	img := preloadtest.NewImage(t, "docker.io/library/alpha:v1", preloadtest.ImageOptions{OS: "linux", Arch: "amd64", Own: 1, Seed: 1})
+	dir := t.TempDir()
+	preloadtest.WriteRelease(t, dir, preloadtest.Archive{Group: "common", Name: "common.tar.zst", Refs: []string{img.Ref},
+		Data: preloadtest.Zstd(t, preloadtest.DockerArchive(t, img))})
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+
+	require.NoError(t, d.Kill())
+	logs := newLockedBuffer()
+	logs.on = []byte("containerd unavailable, retrying")
+	done := make(chan error, 1)
+	go func() {
+		done <- run(t.Context(), []string{"preload", "--containerd-sock", d.Socket, "--repo", srv.URL}, io.Discard, logs)
+	}()
+	select {
+	case <-logs.warned: // the preload is waiting for containerd
+	case err := <-done:
+		t.Fatalf("the preload did not wait for containerd: %v", err)
+	}
+	require.NoError(t, d.Restart())
+	require.NoError(t, <-done, logs.String())
+	require.Contains(t, logs.String(), "containerd unavailable, retrying")
+
+	// Down for longer than --retry-for: the preload gives up, saying why.
+	require.NoError(t, d.Kill())
+	err := run(t.Context(), []string{"preload", "--containerd-sock", d.Socket, "--repo", srv.URL, "--retry-for", "100ms"}, io.Discard, io.Discard)
+	require.ErrorIs(t, err, preload.ErrTransient)
+	require.NoError(t, d.Restart())
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -93,7 +94,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	if percent, ok := preloadGCPercent(os.Getenv); ok {
 		defer debug.SetGCPercent(debug.SetGCPercent(percent))
 	}
-	store, err := containerd.New(ctx, *sock, containerd.WithNamespace(*ns), containerd.WithLogger(a.log))
+	store, err := connectContainerd(ctx, a, *sock, *retryFor, containerd.WithNamespace(*ns), containerd.WithLogger(a.log))
 	if err != nil {
 		return err
 	}
@@ -137,6 +138,24 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 			st.State, st.ImagesPresent, st.ImagesTotal, st.BytesRead, time.Since(start).Seconds())
 	}
 	return runErr
+}
+
+// connectContainerd connects to containerd at sock, waiting up to retryFor while it is
+// unavailable (restarting), as the preload itself does.
+func connectContainerd(ctx context.Context, a *app, sock string, retryFor time.Duration, opts ...containerd.Option) (*containerd.Store, error) {
+	deadline := time.Now().Add(retryFor)
+	for {
+		store, err := containerd.New(ctx, sock, opts...)
+		if err == nil || !errors.Is(err, preload.ErrTransient) || !time.Now().Before(deadline) {
+			return store, err
+		}
+		a.log.Info("containerd unavailable, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(time.Second, time.Until(deadline))):
+		}
+	}
 }
 
 // lowGCPercent is the GC target of a preload. An import's memory is mostly buffers that live as
