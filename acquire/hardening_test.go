@@ -117,7 +117,7 @@ func TestGetStalledOrigin(t *testing.T) {
 	t.Cleanup(func() { close(stalled) })
 	c, m := newCache(t)
 	sum := checksumOf(t, data)
-	p, err := c.Get(t.Context(), sum, &HTTPFetcher{URL: url, IdleTimeout: 100 * time.Millisecond})
+	p, err := c.Get(t.Context(), sum, &HTTPFetcher{URL: url, IdleTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	got, err := os.ReadFile(p)
 	require.NoError(t, err)

@@ -40,7 +40,7 @@ func TestStalledOriginChunkIsAskedAgain(t *testing.T) {
 	}))
 	t.Cleanup(flaky.Close)
 	t.Cleanup(func() { close(stalled) }) // runs before the server's Close: the handler must end
-	n := startNode(t, "alone", nil, nodeConfig{opts: []peer.FetchOption{peer.WithSettle(0), peer.WithIdleTimeout(200 * time.Millisecond)}})
+	n := startNode(t, "alone", nil, nodeConfig{opts: []peer.FetchOption{peer.WithSettle(0), peer.WithIdleTimeout(500 * time.Millisecond)}})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	_, _, err := n.fetch(ctx, sha, flaky.URL+"/release.iso")
