@@ -38,7 +38,7 @@ func TestError(t *testing.T) {
 	cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://user:s3cret@127.0.0.1:1/x.iso?X-Amz-Signature=abc", nil)
 	require.NoError(t, err)
-	_, err = http.DefaultClient.Do(req) //nolint:bodyclose // no response: the context is done
+	_, err = http.DefaultClient.Do(req)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "X-Amz-Signature", "net/http quotes the query")
 
@@ -50,8 +50,12 @@ func TestError(t *testing.T) {
 	var ue *url.Error
 	require.ErrorAs(t, got, &ue)
 
-	_, perr := url.Parse("http://user:s3cret@origin:port/?sig=abc")
-	require.NotContains(t, redact.Error(perr).Error(), "s3cret")
+	// What url.Parse refuses it quotes whole: an invalid port here.
+	for _, bad := range []string{"http://user:s3cret@origin:port/?sig=abc"} {
+		_, perr := url.Parse(bad)
+		require.Error(t, perr)
+		require.NotContains(t, redact.Error(perr).Error(), "s3cret")
+	}
 
 	other := errors.New("not a URL error")
 	require.Equal(t, other, redact.Error(other))
