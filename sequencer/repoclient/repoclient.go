@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
@@ -45,7 +46,7 @@ func Load(ctx context.Context, hc *http.Client, src string) (*release.Release, e
 	}
 	u, err := url.Parse(src)
 	if err != nil {
-		return nil, fmt.Errorf("release url %q: %w", src, err)
+		return nil, fmt.Errorf("release url %q: %w", redact.URL(src), err)
 	}
 	if strings.HasSuffix(u.Path, ".yaml") || strings.HasSuffix(u.Path, ".yml") {
 		data, err := get(ctx, hc, u.String())
@@ -54,7 +55,7 @@ func Load(ctx context.Context, hc *http.Client, src string) (*release.Release, e
 		}
 		r, err := release.ParseRelease(data)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", u, err)
+			return nil, fmt.Errorf("%s: %w", redact.URL(u.String()), err)
 		}
 		return r, nil
 	}
@@ -71,10 +72,10 @@ func Fetch(ctx context.Context, hc *http.Client, base string) (*release.Release,
 	}
 	var r release.Release
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", u, err)
+		return nil, fmt.Errorf("decode %s: %w", redact.URL(u), err)
 	}
 	if r.Harvester == "" {
-		return nil, fmt.Errorf("decode %s: the harvester version is missing", u)
+		return nil, fmt.Errorf("decode %s: the harvester version is missing", redact.URL(u))
 	}
 	return &r, nil
 }
@@ -83,9 +84,11 @@ func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	// Errors name the URL without its credentials or query, which may hold a signature.
+	shown := redact.URL(u)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", u, err)
+		return nil, fmt.Errorf("get %s: %w", shown, err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -94,18 +97,18 @@ func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("get %s: %w", u, err)
+		return nil, fmt.Errorf("get %s: %w", shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("get %s: status %s", u, resp.Status)
+		return nil, fmt.Errorf("get %s: status %s", shown, resp.Status)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", u, err)
+		return nil, fmt.Errorf("get %s: %w", shown, err)
 	}
 	if len(data) > maxBody {
-		return nil, fmt.Errorf("get %s: the response is larger than %d bytes", u, maxBody)
+		return nil, fmt.Errorf("get %s: the response is larger than %d bytes", shown, maxBody)
 	}
 	return data, nil
 }

@@ -73,3 +73,21 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorsHideCredentials checks that an error names the release URL without its password or
+// query, which may carry a signature.
+func TestErrorsHideCredentials(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	for _, src := range []string{
+		strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1) + "/harvester-release.yaml?X-Amz-Signature=abc",
+		strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1) + "/repo?X-Amz-Signature=abc",
+	} {
+		_, err := repoclient.Load(t.Context(), nil, src)
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "s3cret")
+		require.NotContains(t, err.Error(), "Signature")
+		require.Contains(t, err.Error(), "404")
+	}
+}
