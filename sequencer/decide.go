@@ -54,6 +54,10 @@ type JobState struct {
 	// Started and Completed are when the Job started and, once it succeeded, completed; zero
 	// when unknown.
 	Started, Completed time.Time
+	// Orphaned names the Job's pods that a reboot of their node left Pending for good: created
+	// but never started, while the node is back. The kubelet never fails them, so the Job
+	// would never run the step again.
+	Orphaned []string
 	// Stuck says why a running Job's pod cannot make progress (an image that cannot be pulled, a
 	// container that keeps crashing); empty otherwise.
 	Stuck string
@@ -124,6 +128,9 @@ const (
 	ActionDrain ActionKind = "Drain"
 	// ActionCreateNodeJob creates Node's Job unless it exists.
 	ActionCreateNodeJob ActionKind = "CreateNodeJob"
+	// ActionDeletePod deletes Pod, a pod of Node's Job that a reboot left Pending for good, so
+	// that the Job runs a new one.
+	ActionDeletePod ActionKind = "DeletePod"
 	// ActionUncordon marks Node schedulable.
 	ActionUncordon ActionKind = "Uncordon"
 	// ActionApplySUCPlans creates or updates system-upgrade-controller's Plans.
@@ -139,6 +146,8 @@ type Action struct {
 	Kind ActionKind
 	// Node is the node the action is about, for node actions.
 	Node string
+	// Pod names the pod of ActionDeletePod, in the sequencer's namespace.
+	Pod string
 }
 
 // Event is a Kubernetes event to record on the plan.
@@ -848,6 +857,16 @@ func (d *decider) nodeUpgrading() {
 				working = append(working, n)
 			case job.Stuck != "":
 				stuck = append(stuck, n+": "+job.Stuck)
+				working = append(working, n)
+			case len(job.Orphaned) > 0:
+				for _, p := range job.Orphaned {
+					d.out.Actions = append(d.out.Actions, Action{Kind: ActionDeletePod, Node: n, Pod: p})
+				}
+				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+					s.Reason, s.Message = "ReplacingPod", "the reboot left pod "+strings.Join(job.Orphaned, ", ")+" Pending for good: deleted, the Job runs a new one"
+				})
+				d.out.Events = append(d.out.Events, Event{Warning: true, Reason: "ReplacingPod",
+					Message: fmt.Sprintf("node %s: the reboot left pod %s of the node Job Pending for good; deleted so that the Job runs a new one", n, strings.Join(job.Orphaned, ", "))})
 				working = append(working, n)
 			default:
 				// A node step may reboot its node: say so while the node is away, so that a

@@ -318,3 +318,58 @@ func TestReconcilePreflightWarnsOfDrains(t *testing.T) {
 		require.NotContains(t, s, "sequencer", "the sequencer's own pods are never drained")
 	}
 }
+
+// TestReconcileReplacesAPodTheRebootOrphaned plays a node step whose pod the reboot left
+// Pending for good (containerd had created its container, never started it, and the kubelet
+// never fails such a pod): once the node has been Ready again for a minute, the sequencer
+// deletes the pod so that the Job runs a new one; a Pending pod on a node that is not back yet
+// is left alone.
+func TestReconcileReplacesAPodTheRebootOrphaned(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	plan := newPlan("up", func(p *v1beta1.UpgradePlan) { p.Spec.NodeUpgradeOption = nil })
+	plan.Status = v1beta1.UpgradePlanStatus{
+		Phase:                     v1beta1.PhaseNodeUpgrading,
+		PhaseTransitionTimestamps: []v1beta1.PhaseTransitionTimestamp{{Phase: v1beta1.PhaseNodeUpgrading, PhaseTransitionTimestamp: metav1.NewTime(start)}},
+		Agents:                    &v1beta1.AgentInstructions{ISOURL: "http://origin/iso", ISOChecksum: testChecksum, Hold: true},
+		NodeUpgradeStatuses:       map[string]v1beta1.NodeUpgradeStatus{"m-1": {State: v1beta1.NodeUpgrading}},
+	}
+	node := formationNode("m-1", roleManagement)
+	node.Spec.Unschedulable = true
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "up-node-m-1", Labels: map[string]string{
+		sequencer.LabelPlan: "up", sequencer.LabelComponent: "node", sequencer.LabelNode: "m-1", sequencer.LabelAttempt: "0",
+	}}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "up-node-m-1-abcde", CreationTimestamp: metav1.NewTime(start),
+			Labels: map[string]string{batchv1.JobNameLabel: "up-node-m-1", sequencer.LabelPlan: "up"}},
+		Spec: corev1.PodSpec{NodeName: "m-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "upgrade", ContainerID: "containerd://0123", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}},
+		}}},
+	}
+	k := newClusterOf(t, plan, node, job, pod)
+	k.now = start.Add(5 * time.Minute)
+	setReadySince := func(at time.Time) {
+		var n corev1.Node
+		require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Name: "m-1"}, &n))
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
+		require.NoError(t, k.c.Status().Update(t.Context(), &n))
+	}
+	podLeft := func() bool {
+		err := k.c.Get(t.Context(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return err == nil
+	}
+
+	// The node came back 30 s ago: too soon to tell.
+	setReadySince(k.now.Add(-30 * time.Second))
+	k.reconcile("up")
+	require.True(t, podLeft(), "a pod is not taken for lost while its node has just come back")
+
+	// Back for two minutes: the pod is lost to the reboot.
+	setReadySince(k.now.Add(-2 * time.Minute))
+	k.reconcile("up")
+	require.False(t, podLeft(), "the orphaned pod is deleted so that the Job replaces it")
+	p := k.plan("up")
+	require.Equal(t, "ReplacingPod", p.Status.NodeUpgradeStatuses["m-1"].Reason)
+	require.Equal(t, v1beta1.PhaseNodeUpgrading, p.Status.Phase)
+}

@@ -62,6 +62,7 @@ import (
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch,namespace=upgrade-repo-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=upgrade-repo-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=upgrade-repo-system
+// +kubebuilder:rbac:groups="",resources=pods,verbs=delete,namespace=upgrade-repo-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=default
 // +kubebuilder:rbac:groups=upgrade.cattle.io,resources=plans,verbs=get;list;create;update;delete,namespace=cattle-system
 
@@ -375,6 +376,11 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			if st.Stuck, err = r.stuck(ctx, j); err != nil {
 				return o, err
 			}
+			if j.Labels[LabelComponent] == "node" {
+				if st.Orphaned, err = r.orphanedPods(ctx, j, f.Nodes, o.Now); err != nil {
+					return o, err
+				}
+			}
 		}
 		switch j.Labels[LabelComponent] {
 		case "cluster":
@@ -615,6 +621,44 @@ func (r *Reconciler) stuck(ctx context.Context, j *batchv1.Job) (string, error) 
 	return "", nil
 }
 
+// orphanAfter is how long a node Job's pod may stay Pending, with a container that was created
+// but never started, after its node came back Ready, before it is taken for lost to a reboot.
+const orphanAfter = time.Minute
+
+// orphanedPods names the pods of node Job j that a reboot of their node left behind: Pending,
+// with a container containerd had created but never started, while the node has been Ready
+// again for orphanAfter. The kubelet never fails such a pod, so the Job would not replace it.
+func (r *Reconciler) orphanedPods(ctx context.Context, j *batchv1.Job, nodes []corev1.Node, now time.Time) ([]string, error) {
+	readySince := map[string]time.Time{}
+	for i := range nodes {
+		for _, c := range nodes[i].Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				readySince[nodes[i].Name] = c.LastTransitionTime.Time
+			}
+		}
+	}
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		since, ready := readySince[p.Spec.NodeName]
+		if p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil || !ready ||
+			!since.After(p.CreationTimestamp.Time) || now.Sub(since) < orphanAfter {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; cs.ContainerID != "" && w != nil && w.Reason == "" {
+				out = append(out, p.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // evictable lists the pods of node a drain must evict: every pod but mirror pods, DaemonSet pods,
 // pods that have finished, the pods of the plan's Jobs and the sequencer's own pods (kept).
 func (r *Reconciler) evictable(ctx context.Context, node string) ([]corev1.Pod, error) {
@@ -645,6 +689,12 @@ func (r *Reconciler) apply(ctx context.Context, plan *v1beta1.UpgradePlan, o Obs
 		return "", r.setUnschedulable(ctx, a.Node, false)
 	case ActionDrain:
 		return r.drain(ctx, a.Node)
+	case ActionDeletePod:
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: a.Pod}}
+		if err := r.c.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("delete pod %s/%s: %w", r.namespace, a.Pod, err)
+		}
+		return "", nil
 	case ActionApplySUCPlans:
 		return "", r.applySUCPlans(ctx, plan)
 	case ActionCleanUp:
