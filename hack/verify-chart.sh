@@ -276,8 +276,8 @@ roles_in() { # roles_in RENDER: prints "NAMESPACE NAME" of every Role
 seq_role=t-upgrade-repo-sequencer
 grants defaults ClusterRole "$seq_role" "" nodes pods pods/eviction poddisruptionbudgets upgradeplans reponodes versions
 denies defaults ClusterRole "$seq_role" "" jobs configmaps services endpointslices leases events plans deployments secrets
-grants defaults Role "$seq_role" ns jobs configmaps services endpointslices leases events
-denies defaults Role "$seq_role" ns plans deployments pods nodes
+grants defaults Role "$seq_role" ns jobs configmaps services endpointslices leases events pods
+denies defaults Role "$seq_role" ns plans deployments nodes
 grants defaults Role "$seq_role-events" default events
 denies defaults Role "$seq_role-events" default jobs configmaps services leases plans
 denies defaults ClusterRole t-upgrade-repo-agent "" jobs configmaps services events
