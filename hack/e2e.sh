@@ -47,6 +47,11 @@ kubeconfig=$artifacts/kubeconfig
 image=upgrade-repo:e2e
 test_image=upgrade-repo-e2e-testimage:e2e
 upgrade_image=upgrade-repo-e2e-upgrade:e2e
+# The product's script steps (bash, curl, yq, jq, zstdcat, ctr) for TestCompatScriptSteps: built
+# and loaded only when the tests to run include it (the whole suite, or an E2E_RUN naming it).
+script_image=upgrade-repo-e2e-scripts:e2e
+compat=0
+case ${E2E_RUN:-} in ''|*Compat*) compat=1 ;; esac
 reboot=${E2E_REBOOT:-1}
 step_repo=${E2E_STEP_REPO:-require}
 offline_bin=${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline/bin
@@ -115,6 +120,8 @@ build() {
   printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage", "upgrade", "--repo=%s", "--reboot=%s"]\n' "$step_repo" "$reboot_flag" > "$ctx/Dockerfile"
   "${builder[@]}" docker build -q -t "$upgrade_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $upgrade_image failed: see $artifacts/testimage-build.log"; exit 1; }
   rm -rf "$ctx"
+  bash hack/e2e-scriptimage.sh "$script_image" > "$artifacts/scriptimage-build.log" 2>&1 ||
+    { log "building $script_image failed: see $artifacts/scriptimage-build.log"; exit 1; }
   # The release ISO, built by `release pack` from e2e/testdata/release.yaml; the same build as
   # hack/image.sh's, so it comes from the build cache.
   CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$artifacts/upgrade-repo" ./cmd/upgrade-repo
@@ -250,8 +257,10 @@ else
 fi
 # shellcheck source=/dev/null # written by build
 . "$artifacts/build.env"
-retry 3 kind load docker-image "$image" "$test_image" "$upgrade_image" --name "$cluster" >/dev/null
-log "images $image ($version), $test_image and $upgrade_image loaded"
+images=("$image" "$test_image" "$upgrade_image")
+[ "$compat" = 1 ] && images+=("$script_image")
+retry 3 kind load docker-image "${images[@]}" --name "$cluster" >/dev/null
+log "images loaded: ${images[*]} ($version)"
 
 # 3. A clean slate on a reused cluster: no release of the chart, none of its objects, no node
 # cache, none of the release's images in the nodes' containerd.
@@ -291,12 +300,15 @@ log "release ISO ($(stat -c %s "$rel/release.iso") bytes, sha512 ${sum:0:16}...)
 # 5. The chart. The Service is a NodePort with the Local policy, so each node's port answers from
 # that node's own agent: the tests reach every agent through the Service from the host. The
 # sequencer may run on the kind control plane too, so its two replicas can spread.
+# Compatibility mode publishes each plan's repo under the product's names in harvester-system.
+ensure_namespace() { kubectl get namespace "$1" >/dev/null 2>&1 || kubectl create namespace "$1" >/dev/null; }
+retry 3 ensure_namespace harvester-system
 retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
   --set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
   --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
-  --set sequencer.tolerateControlPlane=true \
+  --set sequencer.tolerateControlPlane=true --set compat.enabled=true \
   --set log.level=debug >/dev/null
 log "chart installed as $release in $namespace"
 
@@ -336,5 +348,6 @@ log "running the e2e tests${E2E_RUN:+ matching $E2E_RUN}"
 (cd e2e && E2E_KUBECONFIG=$kubeconfig E2E_CLUSTER=$cluster E2E_NAMESPACE=$namespace E2E_RELEASE=$release \
   E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_UPGRADE_IMAGE=$upgrade_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
   E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed E2E_FORMATION=$formation E2E_REBOOT=$reboot \
+  E2E_SCRIPT_IMAGE=$([ "$compat" = 1 ] && echo "$script_image") \
   go test -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" "${run[@]}" . 2>&1 | tee "$artifacts/go-test-$formation.log")
 if [ -s "$artifacts/node-restarts.log" ]; then log "node containers started by the watcher:"; cat "$artifacts/node-restarts.log" >&2; fi
