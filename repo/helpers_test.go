@@ -2,7 +2,6 @@ package repo
 
 import (
 	"crypto/sha256"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net/http"
@@ -90,16 +89,8 @@ func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byt
 
 func do(t *testing.T, method, url string, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
-	require.NoError(t, err)
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	resp, body, whole := fetch(t, method, url, hdr)
+	require.True(t, whole, "%s %s: the body was cut", method, url)
 	return resp, body
 }
 
