@@ -78,15 +78,8 @@ func TestChartAgentRBAC(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var got *authorizationv1.SubjectAccessReview
-			eventually(t, time.Minute, "access review", func(ctx context.Context) error {
-				var err error
-				got, err = c.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-					Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &tt.attr},
-				}, metav1.CreateOptions{})
-				return err
-			})
-			require.Equal(t, tt.allowed, got.Status.Allowed, "%s may %s: %+v", user, tt.name, got.Status)
+			got := accessReview(t, c, user, tt.attr)
+			require.Equal(t, tt.allowed, got.Allowed, "%s may %s: %+v", user, tt.name, got)
 		})
 	}
 }
@@ -119,4 +112,18 @@ func TestSequencerElectsOneLeader(t *testing.T) {
 		}
 		return fmt.Errorf("lease holder %q is none of the %d sequencer pods", holder, len(pods.Items))
 	})
+}
+
+// accessReview asks the API server whether user may do attr, retrying through API hiccups.
+func accessReview(t *testing.T, c *cluster, user string, attr authorizationv1.ResourceAttributes) authorizationv1.SubjectAccessReviewStatus {
+	t.Helper()
+	var got *authorizationv1.SubjectAccessReview
+	eventually(t, time.Minute, "access review", func(ctx context.Context) error {
+		var err error
+		got, err = c.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attr},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	return got.Status
 }

@@ -70,15 +70,8 @@ func TestRBACSequencerWritesOnlyInItsNamespaces(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var got *authorizationv1.SubjectAccessReview
-			eventually(t, time.Minute, "access review", func(ctx context.Context) error {
-				var err error
-				got, err = c.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-					Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &tt.attr},
-				}, metav1.CreateOptions{})
-				return err
-			})
-			require.Equal(t, tt.allowed, got.Status.Allowed, "%s may %s: %+v", user, tt.name, got.Status)
+			got := accessReview(t, c, user, tt.attr)
+			require.Equal(t, tt.allowed, got.Allowed, "%s may %s: %+v", user, tt.name, got)
 		})
 	}
 }
