@@ -18,6 +18,9 @@ type Metrics struct {
 	// VerificationFailures counts received content that failed verification, by kind
 	// ("chunk" or "iso" for a whole-ISO sha512 mismatch, "blob").
 	VerificationFailures *prometheus.CounterVec
+	// GossipSentBytes counts the bytes the gossip layer sent, by transport ("packet" for UDP:
+	// probes, gossip and directory deltas; "stream" for TCP: full-state exchanges).
+	GossipSentBytes *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -38,8 +41,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		VerificationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_verification_failures_total", Help: "Received content that failed verification, by kind.",
 		}, []string{"kind"}),
+		GossipSentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "upgrade_repo_peer_gossip_sent_bytes_total", Help: "Bytes the gossip layer sent, by transport (packet, stream).",
+		}, []string{"transport"}),
 	}
-	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.VerificationFailures} {
+	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.VerificationFailures, m.GossipSentBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -62,6 +68,13 @@ func (m *Metrics) served(kind string, n int64) {
 func (m *Metrics) failed(kind string) {
 	if m != nil {
 		m.VerificationFailures.WithLabelValues(kind).Inc()
+	}
+}
+
+// GossipSent counts n bytes sent by the gossip layer over transport ("packet" or "stream").
+func (m *Metrics) GossipSent(transport string, n int) {
+	if m != nil && n > 0 {
+		m.GossipSentBytes.WithLabelValues(transport).Add(float64(n))
 	}
 }
 

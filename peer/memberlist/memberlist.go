@@ -77,7 +77,7 @@ func WithAdvertise(addr string) Option { return func(o *options) { o.advertise =
 // WithKey encrypts gossip with an AES key of 16, 24 or 32 bytes; every member needs the same key.
 func WithKey(key []byte) Option { return func(o *options) { o.key = key } }
 
-// WithMetrics records the number of members and the directory size.
+// WithMetrics records the number of members, the directory size and the bytes gossip sends.
 func WithMetrics(m *peer.Metrics) Option { return func(o *options) { o.metrics = m } }
 
 // WithLocalTimers uses memberlist's timers for a loopback network, with faster gossip: for tests.
@@ -122,6 +122,15 @@ func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...O
 	cfg.Delegate = (*delegate)(n)
 	cfg.Events = (*events)(n)
 	cfg.Logger = NewLogger(log)
+	tr, err := newCountingTransport(o.bindAddr, o.bindPort, cfg.Logger, o.metrics)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip member %q: %w", name, err)
+	}
+	cfg.Transport = tr
+	if o.bindPort == 0 {
+		cfg.BindPort = tr.GetAutoBindPort()
+		cfg.AdvertisePort = cfg.BindPort
+	}
 	n.logs, _ = cfg.Logger.Writer().(*slogWriter)
 	n.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: func() int {
 		if n.ml == nil {
@@ -131,6 +140,7 @@ func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...O
 	}}
 	ml, err := memberlist.Create(cfg)
 	if err != nil {
+		_ = tr.Shutdown() // the error below says what failed
 		return nil, fmt.Errorf("start gossip member %q: %w", name, err)
 	}
 	n.ml = ml

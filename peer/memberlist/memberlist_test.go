@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -123,4 +125,36 @@ func TestHTTPAddressIsCompleted(t *testing.T) {
 	}
 	_, err := completeHost("no-port", "", "")
 	require.Error(t, err)
+}
+
+// The bytes gossip sends are counted by transport: a join exchanges full state over a stream, and
+// probes and deltas travel as packets.
+func TestGossipBytesCounted(t *testing.T) {
+	t.Parallel()
+	m, err := peer.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	a := start(t, "a", nil)
+	dir := peer.NewDirectory("b")
+	b, err := New(slog.New(slog.DiscardHandler), "b", "127.0.0.1:8080", dir,
+		WithBind("127.0.0.1", 0), WithLocalTimers(), WithMetrics(m), WithBatch(10*time.Millisecond))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	_, err = b.Join(t.Context(), []string{a.Addr()})
+	require.NoError(t, err)
+	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("stream")), "the join's full-state exchange")
+	digest := "sha256:" + string(bytes.Repeat([]byte("cd"), 32))
+	require.NoError(t, dir.AddBlobs(digest))
+	deadline := time.After(20 * time.Second)
+	for len(a.dir.BlobHolders(digest)) == 0 {
+		select {
+		case <-a.dir.Changed():
+		case <-deadline:
+			t.Fatal("the blob never reached a")
+		}
+	}
+	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("packet")), "probes and the delta")
 }
