@@ -4,10 +4,14 @@
 # Go load client hack/benchserve: large-file throughput (parallel downloads of a 1 GiB file),
 # small-file requests per second (harvester-release.yaml over 64 connections), server CPU seconds
 # per GB, peak RSS (VmHWM, which counts the pages of the executable it touched) and peak
-# anonymous RSS (its private memory). Ends with one name=value line per figure.
+# anonymous RSS (its private memory); then RANGED_CLIENTS clients at once each download the large
+# file by ranges of RANGED_SIZE bytes (each from its own starting point, the whole file), as every
+# node's upgrade step pulling from one Service, with the total throughput and the peak anonymous
+# RSS of each server during that run. Ends with one name=value line per figure.
 #
 # Environment: BIN (default bin/upgrade-repo), BENCH_DIR (default .cache/bench-serve, kept between
-# runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2).
+# runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2),
+# RANGED_CLIENTS (20; 0 skips the run), RANGED_SIZE (8388608).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN:-bin/upgrade-repo}
@@ -74,5 +78,6 @@ echo "bench-serve: nginx on :$nginx_port (pids $nginx_pids), upgrade-repo on :$r
 "$dir/benchserve" \
   -target "nginx=http://127.0.0.1:$nginx_port@$nginx_pids" \
   -target "upgrade-repo=http://127.0.0.1:$repo_port@$repo_pid" \
-  -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}"
+  -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}" \
+  -ranged-clients "${RANGED_CLIENTS:-20}" -ranged-size "${RANGED_SIZE:-8388608}"
 curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_file_(responses|bytes)_total' >&2 || true

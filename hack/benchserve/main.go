@@ -186,8 +186,66 @@ func small(ctx context.Context, t target, path string, conns int, d time.Duratio
 	return done.Load(), time.Since(start), firstErr
 }
 
+// ranged has clients download path at once, each over its own connection in ranges of rangeSize
+// bytes, from its own starting point (client i starts at i/clients of the file) round to where
+// it started: the whole file each, as every node's upgrade step pulling from one Service. It
+// returns the bytes received and the time.
+func ranged(ctx context.Context, t target, path string, clients int, rangeSize int64) (int64, time.Duration, error) {
+	head, err := http.NewRequestWithContext(ctx, http.MethodHead, t.base+path, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(head)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp.Body.Close()
+	size := resp.ContentLength
+	if resp.StatusCode != 200 || size <= 0 {
+		return 0, 0, fmt.Errorf("%s: HEAD %s: status %d, length %d", t.name, path, resp.StatusCode, size)
+	}
+	var total atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client(1)
+			buf := make([]byte, 256<<10)
+			first := size * int64(i) / int64(clients) / rangeSize * rangeSize
+			for done := int64(0); done < size; {
+				off := (first + done) % size
+				n := min(rangeSize, size-off)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
+				req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+				resp, err := c.Do(req)
+				if err == nil {
+					var got int64
+					got, err = io.CopyBuffer(io.Discard, resp.Body, buf)
+					resp.Body.Close()
+					total.Add(got)
+					if err == nil && (resp.StatusCode != http.StatusPartialContent || got != n) {
+						err = fmt.Errorf("%s: range %d+%d: status %d, %d bytes", t.name, off, n, resp.StatusCode, got)
+					}
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				done += n
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load(), time.Since(start), firstErr
+}
+
 type result struct {
 	largeMBps, smallRPS, cpuPerGB, rssMiB, anonMiB float64
+	rangedMBps, rangedAnonMiB, rangedRSSMiB        float64
 }
 
 func main() {
@@ -204,6 +262,8 @@ func main() {
 	conns := flag.Int("conns", 64, "connections asking for the small file")
 	dur := flag.Duration("duration", 5*time.Second, "how long each small-file run lasts")
 	repeat := flag.Int("repeat", 2, "runs per target and test, interleaved; the best run counts")
+	rangedClients := flag.Int("ranged-clients", 0, "clients downloading the large file by ranges at once, once per target (0: no such run)")
+	rangedSize := flag.Int64("ranged-size", 8<<20, "bytes per range of the ranged run")
 	flag.Parse()
 	if len(targets) < 2 {
 		fmt.Fprintln(os.Stderr, "benchserve: give a baseline and at least one other -target")
@@ -240,6 +300,22 @@ func main() {
 	}
 	close(stop)
 	anonPeaks := <-anon
+	if *rangedClients > 0 {
+		// Each target alone, so that its peak memory in this run is its own.
+		for i, t := range targets {
+			stop := make(chan struct{})
+			go func() { anon <- anonSampler(targets[i:i+1], stop) }()
+			n, d, err := ranged(ctx, t, *largePath, *rangedClients, *rangedSize)
+			close(stop)
+			peak := (<-anon)[0]
+			check(err)
+			rss, err := status(t.pids, "VmRSS")
+			check(err)
+			mbps := float64(n) / d.Seconds() / 1e6
+			fmt.Fprintf(os.Stderr, "%-12s ranged: %d clients, %d bytes in %s = %.0f MB/s, peak anon %.1f MiB\n", t.name, *rangedClients, n, d.Round(time.Millisecond), mbps, peak)
+			res[i].rangedMBps, res[i].rangedAnonMiB, res[i].rangedRSSMiB = mbps, peak, rss
+		}
+	}
 	for i, t := range targets {
 		res[i].cpuPerGB = cpu[i] / (float64(bytes[i]) / 1e9)
 		rss, err := status(t.pids, "VmHWM")
@@ -252,6 +328,13 @@ func main() {
 	for i, t := range targets {
 		fmt.Printf("%-14s %12.0f %12.0f %13.3f %13.1f %13.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].cpuPerGB, res[i].rssMiB, res[i].anonMiB)
 	}
+	if *rangedClients > 0 {
+		fmt.Printf("\n%d clients at once, %s by ranges of %d MiB, the whole file each:\n", *rangedClients, *largePath, *rangedSize>>20)
+		fmt.Printf("%-14s %12s %14s %15s\n", "server", "total MB/s", "peak anon MiB", "RSS after MiB")
+		for i, t := range targets {
+			fmt.Printf("%-14s %12.0f %14.1f %15.1f\n", t.name, res[i].rangedMBps, res[i].rangedAnonMiB, res[i].rangedRSSMiB)
+		}
+	}
 	fmt.Println()
 	base := res[0]
 	for i, t := range targets {
@@ -261,6 +344,10 @@ func main() {
 		fmt.Printf("cpu_s_per_gb_%s=%.3f\n", n, res[i].cpuPerGB)
 		fmt.Printf("peak_rss_mib_%s=%.1f\n", n, res[i].rssMiB)
 		fmt.Printf("peak_anon_mib_%s=%.1f\n", n, res[i].anonMiB)
+		if *rangedClients > 0 {
+			fmt.Printf("ranged_mbps_%s=%.0f\n", n, res[i].rangedMBps)
+			fmt.Printf("ranged_peak_anon_mib_%s=%.1f\n", n, res[i].rangedAnonMiB)
+		}
 	}
 	for i, t := range targets[1:] {
 		r := res[i+1]
@@ -272,6 +359,9 @@ func main() {
 		fmt.Printf("%slarge_vs_%s=%.2f\n", prefix, targets[0].name, r.largeMBps/base.largeMBps)
 		fmt.Printf("%ssmall_vs_%s=%.2f\n", prefix, targets[0].name, r.smallRPS/base.smallRPS)
 		fmt.Printf("%scpu_per_gb_vs_%s=%.2f\n", prefix, targets[0].name, r.cpuPerGB/base.cpuPerGB)
+		if *rangedClients > 0 {
+			fmt.Printf("%sranged_vs_%s=%.2f\n", prefix, targets[0].name, r.rangedMBps/base.rangedMBps)
+		}
 	}
 }
 
