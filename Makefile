@@ -95,8 +95,12 @@ bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images 
 	@bash hack/bench-preload.sh
 
 .PHONY: bench-distribute
-bench-distribute: build deps ## Five agents sharing an ISO against five lone downloads.
+bench-distribute: build deps ## Agents sharing an ISO against lone downloads (BENCH_NODES, BENCH_ISO_SIZE).
 	@bash hack/bench-distribute.sh
+
+.PHONY: bench-directory
+bench-directory: ## The gossip directory of 100 and 1,000 simulated members: state, deltas, convergence.
+	$(GO) test ./peer/memberlist -run '^$$' -bench DirectoryScale -benchtime 1x -timeout 30m
 
 ##@ Housekeeping
 
