@@ -419,6 +419,18 @@ func (d *Directory) TakeDeltas(limit int) [][]byte {
 	return msgs
 }
 
+// DeltaSubject names the one item a delta carries, with its member, and reports false for a
+// delta of several items or a malformed one. Every delta carries the whole current state of its
+// items (an ISO's complete chunk bitmap, not the chunks added), so a gossip queue may let a newer
+// delta of the same subject replace an older one still waiting to be sent.
+func DeltaSubject(buf []byte) (string, bool) {
+	m, err := decodeMessage(buf)
+	if err != nil || m.kind != kindDelta || len(m.entries) != 1 {
+		return "", false
+	}
+	return m.member + "\x00" + m.entries[0].key(), true
+}
+
 // ApplyDelta applies a delta received from the gossip layer. It reports whether anything
 // changed, so that the caller can pass the delta on; it returns an error, and changes nothing,
 // when buf is malformed.

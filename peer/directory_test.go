@@ -143,3 +143,32 @@ func FuzzDecode(f *testing.F) {
 		require.Equal(t, m, m2)
 	})
 }
+
+func TestDeltaSubject(t *testing.T) {
+	t.Parallel()
+	one := NewDirectory("a")
+	require.NoError(t, one.SetISO(ISO{SHA512: isoDigest(1), Size: 10 << 20, ChunkSize: 1 << 20, Chunks: NewBitmap(10)}))
+	oneISO := one.TakeDeltas(1200)
+	require.NoError(t, one.AddBlobs(blobDigest(1), blobDigest(2)))
+	twoBlobs := one.TakeDeltas(1200)
+	tests := []struct {
+		name string
+		buf  []byte
+		want string
+		ok   bool
+	}{
+		{name: "one ISO", buf: oneISO[0], want: "a\x00i" + isoDigest(1), ok: true},
+		{name: "two blobs", buf: twoBlobs[0]},
+		{name: "full state", buf: one.LocalState()},
+		{name: "garbage", buf: []byte("UR\x01\x02junk")},
+		{name: "empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := DeltaSubject(tc.buf)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

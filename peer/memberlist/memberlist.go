@@ -282,7 +282,7 @@ func (n *Node) Run(ctx context.Context) error {
 			case <-t.C:
 			}
 			for _, msg := range n.dir.TakeDeltas(maxDelta) {
-				n.queue.QueueBroadcast(broadcast(msg))
+				n.queue.QueueBroadcast(newBroadcast(msg))
 			}
 		case <-tick.C:
 		}
@@ -298,12 +298,38 @@ func (n *Node) Shutdown() error {
 	return err
 }
 
-// broadcast is one directory delta in the broadcast queue.
+// broadcast is one directory delta of several items in the broadcast queue: it replaces nothing
+// (a UniqueBroadcast, which the queue adds without comparing it with every queued one).
 type broadcast []byte
 
 func (b broadcast) Invalidates(memberlist.Broadcast) bool { return false }
 func (b broadcast) Message() []byte                       { return b }
 func (b broadcast) Finished()                             {}
+func (b broadcast) UniqueBroadcast()                      {}
+
+// namedBroadcast is a directory delta of one item (the usual one: an ISO's chunk bitmap while it
+// downloads): a newer one of the same member and item replaces it in the queue, so that the
+// queue holds at most one per member and item however fast bitmaps change, and members are sent
+// current bitmaps rather than a backlog of stale ones.
+type namedBroadcast struct {
+	msg  []byte
+	name string
+}
+
+func (b namedBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b namedBroadcast) Message() []byte                       { return b.msg }
+func (b namedBroadcast) Finished()                             {}
+func (b namedBroadcast) Name() string                          { return b.name }
+
+// newBroadcast wraps a delta for the queue. Only a delta newer than all that the node knows of its
+// item is ever queued (a local change, or news passed on), so replacing by name drops only older
+// states.
+func newBroadcast(msg []byte) memberlist.Broadcast {
+	if name, ok := peer.DeltaSubject(msg); ok {
+		return namedBroadcast{msg: msg, name: name}
+	}
+	return broadcast(msg)
+}
 
 // delegate implements memberlist.Delegate on a Node.
 type delegate Node
@@ -323,7 +349,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 	if changed {
 		// Pass news on, so that it reaches every member even if its sender reached only a few.
-		d.queue.QueueBroadcast(broadcast(bytes.Clone(b)))
+		d.queue.QueueBroadcast(newBroadcast(bytes.Clone(b)))
 	}
 }
 
