@@ -34,10 +34,13 @@ import (
 //     travels only between the two members of an exchange, so this is the slow backstop;
 //   - rounds_delta: gossip rounds (200 ms) until every member knows one member's new chunk;
 //   - churn_*: every member announcing a new chunk every round (a download of 20 chunks a
-//     second or more) for 25 rounds, then quiet: payload bytes each member sent per round
+//     second or more) for 60 rounds (12 s, longer than the 10 s after which a fetcher deems a
+//     chunk owner without news stalled), then quiet: payload bytes each member sent per round
 //     (churn_B/member/round), the broadcasts waiting in a member's queue at the end
-//     (churn_queue_max), and the rounds after the churn until the 32 sampled members know every
-//     member's last bitmap (churn_settle_rounds);
+//     (churn_queue_max), how many rounds the view of 32 sampled members lags behind each other
+//     member's bitmap at the end (churn_lag_mean_rounds, churn_lag_max_rounds, and the share of
+//     pairs 10 s or more behind, churn_lag_over_10s_%), and the rounds
+//     after the churn until those members know every member's last bitmap (churn_settle_rounds);
 //   - dir_KiB/member: the memory of one member's directory of all N members' ISO bitmaps and 300
 //     blobs each.
 func BenchmarkDirectoryScale(b *testing.B) {
@@ -56,7 +59,9 @@ const (
 	simBlobs      = 300
 	simGossipTo   = 3
 	simPacket     = 1400 - 2 - 29 // memberlist's UDP buffer less the compound header and encryption
-	simChurnTurns = 25
+	simChurnTurns = 60
+	// simStallRounds is the fetcher's 10 s without news of an owner's progress, in gossip rounds.
+	simStallRounds = 50
 )
 
 type simMember struct {
@@ -208,6 +213,28 @@ func directoryScale(b *testing.B, n int) {
 	for _, m := range members {
 		queued = max(queued, m.node.queue.NumQueued())
 	}
+	// Every member took one chunk a round: the chunks an observer does not know of yet are the
+	// rounds its view of that member lags behind.
+	lagSum, lagMax, lagN, stale := 0, 0, 0, 0
+	for range min(32, n) {
+		o := members[rng.IntN(n)]
+		known := map[string]int{}
+		for _, h := range o.node.dir.ISOHolders(sha) {
+			known[h.Member] = h.ISO.Chunks.Count()
+		}
+		for _, m := range members {
+			if m != o {
+				lag := m.iso.Chunks.Count() - known[m.node.dir.Self()]
+				lagSum, lagMax, lagN = lagSum+lag, max(lagMax, lag), lagN+1
+				if lag >= simStallRounds {
+					stale++
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(lagSum)/float64(lagN), "churn_lag_mean_rounds")
+	b.ReportMetric(float64(lagMax), "churn_lag_max_rounds")
+	b.ReportMetric(100*float64(stale)/float64(lagN), "churn_lag_over_10s_%")
 	b.ReportMetric(float64(sent)/float64(n)/simChurnTurns, "churn_B/member/round")
 	b.ReportMetric(float64(queued), "churn_queue_max")
 	rounds = 0
