@@ -23,11 +23,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
-func start(t *testing.T, name string, key []byte) *Node {
+func start(t *testing.T, name string, key []byte, opts ...Option) *Node {
 	t.Helper()
 	dir := peer.NewDirectory(name)
-	n, err := New(slog.New(slog.DiscardHandler), name, "127.0.0.1:8080", dir,
-		WithBind("127.0.0.1", 0), WithLocalTimers(), WithKey(key), WithBatch(10*time.Millisecond))
+	opts = append([]Option{WithBind("127.0.0.1", 0), WithLocalTimers(), WithKey(key), WithBatch(10 * time.Millisecond)}, opts...)
+	n, err := New(slog.New(slog.DiscardHandler), name, "127.0.0.1:8080", dir, opts...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -133,21 +133,12 @@ func TestGossipBytesCounted(t *testing.T) {
 	t.Parallel()
 	m, err := peer.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	a := start(t, "a", nil)
-	dir := peer.NewDirectory("b")
-	b, err := New(slog.New(slog.DiscardHandler), "b", "127.0.0.1:8080", dir,
-		WithBind("127.0.0.1", 0), WithLocalTimers(), WithMetrics(m), WithBatch(10*time.Millisecond))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
+	a, b := start(t, "a", nil), start(t, "b", nil, WithMetrics(m))
 	_, err = b.Join(t.Context(), []string{a.Addr()})
 	require.NoError(t, err)
 	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("stream")), "the join's full-state exchange")
 	digest := "sha256:" + string(bytes.Repeat([]byte("cd"), 32))
-	require.NoError(t, dir.AddBlobs(digest))
+	require.NoError(t, b.dir.AddBlobs(digest))
 	deadline := time.After(20 * time.Second)
 	for len(a.dir.BlobHolders(digest)) == 0 {
 		select {
