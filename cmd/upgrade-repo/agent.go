@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -43,8 +42,8 @@ const agentUsage = `usage: upgrade-repo agent (--iso FILE | --iso-url URL --iso-
 
 The per-node agent: it joins the gossip ring, gets the release ISO (a local file, else chunks from
 peers in parallel, else the origin URL for what no peer has), verifies its sha512, serves it like
-"serve" does, shares it with its peers and, with --containerd-sock, preloads its images and serves
-the blobs of containerd's content store to its peers. GET /v1/status reports the node's state as
+"serve" does, shares it with its peers and, with --containerd-sock, preloads its images from it.
+GET /v1/status reports the node's state as
 JSON.
 
 With --report (on by default inside a cluster) the agent writes its state into the RepoNode named
@@ -286,8 +285,6 @@ type agentNode struct {
 	rm     *repo.Metrics
 	cs     *containerd.Store // nil without --containerd-sock
 	plans  *instructionBox   // nil without --report
-	// shared are the blobs served to peers: the release's images' (nil without containerd).
-	shared *sharedBlobs
 }
 
 func agent(ctx context.Context, a *app, c agentConfig) error {
@@ -311,18 +308,13 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 		}
 	}
 	var cs *containerd.Store
-	var blobs peer.BlobStore
-	var shared *sharedBlobs
 	if c.sock != "" {
 		if cs, err = containerd.New(ctx, c.sock, containerd.WithLogger(a.log)); err != nil {
 			return err
 		}
 		defer cs.Close()
-		shared = &sharedBlobs{listed: peer.NewListedBlobs(containerdBlobs{cs})}
-		blobs = shared.listed
 	}
-	// Peers prove membership with a token derived from the gossip key; without a key no blob is
-	// served (see peer.Handler).
+	// Peers prove membership with a token derived from the gossip key (see peer.Handler).
 	token := peer.Token(key)
 
 	reg := prometheus.NewRegistry()
@@ -353,7 +345,7 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 
 	dir := peer.NewDirectory(c.node)
 	var n *agentNode // set below; damage is found only once the ISO is served
-	store := peer.NewStore(dir, blobs, peer.WithStoreLogger(a.log),
+	store := peer.NewStore(dir, peer.WithStoreLogger(a.log),
 		peer.WithOnDamage(func(sha string, d *chunks.DamageError) { n.damaged(sha, d) }))
 	gopts := []memberlist.Option{memberlist.WithBind(gHost, gPort), memberlist.WithMetrics(pm)}
 	if c.gossipAdvertise != "" {
@@ -388,13 +380,12 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	peers := peer.NewHandler(a.log, store, pm, peer.RequireToken(token))
 	mux := http.NewServeMux()
 	mux.Handle("/v1/iso/", peers)
-	mux.Handle("/v2/", peers)
 	mux.Handle("GET /v1/status", board)
 	mux.Handle("/", server)
 	srv := &http.Server{Handler: repo.MergeSlashes(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	a.log.Info("agent listening", "node", c.node, "http", ln.Addr().String(), "advertise", gossip.HTTPAddr(), "gossip", gossip.Addr(), "report", c.kube != nil)
 
-	n = &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs, shared: shared}
+	n = &agentNode{a: a, c: c, board: board, store: store, dir: dir, fetch: fetcher, server: server, rm: rm, cs: cs}
 	if c.kube != nil {
 		n.plans = newInstructionBox()
 	}
@@ -408,9 +399,6 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 	})
 	g.Go(func() error { return gossip.Run(gctx) })
 	g.Go(func() error { joinLoop(gctx, a, gossip, seeds); return nil })
-	if cs != nil {
-		g.Go(func() error { n.advertiseBlobs(gctx); return nil })
-	}
 	if n.plans != nil {
 		url := "http://" + gossip.HTTPAddr() + "/"
 		g.Go(func() error { n.followPlans(gctx); return nil })
@@ -438,21 +426,6 @@ func agent(ctx context.Context, a *app, c agentConfig) error {
 		return err
 	}
 	return nil
-}
-
-// containerdBlobs is containerd's content store as a peer.BlobStore: it only turns the adapter's
-// not-found error into peer's.
-type containerdBlobs struct{ cs *containerd.Store }
-
-var _ peer.BlobStore = containerdBlobs{}
-
-// Open implements peer.BlobStore.
-func (b containerdBlobs) Open(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error) {
-	rc, n, err := b.cs.Open(ctx, digest)
-	if errors.Is(err, containerd.ErrBlobNotFound) {
-		return nil, 0, fmt.Errorf("%w: %w", peer.ErrNotFound, err)
-	}
-	return rc, n, err
 }
 
 // holdGiven gets and serves the ISO named on the command line and preloads it (once a plan lets
@@ -557,7 +530,6 @@ func (n *agentNode) holdPlanned(ctx context.Context, in report.Instruction, hex 
 	if err := n.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
 		n.a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
 	}
-	n.shareReleaseBlobs(ctx, nil)
 	n.reset()
 }
 
@@ -596,22 +568,8 @@ func (n *agentNode) preloadWhenAllowed(ctx context.Context, path, hex string) er
 			return err
 		}
 	}
-	refs := agentPreload(ctx, n.a, n.cs, path, n.board, n.c.preloadRetry)
-	n.shareReleaseBlobs(ctx, refs)
+	agentPreload(ctx, n.a, n.cs, path, n.board, n.c.preloadRetry)
 	return ctx.Err()
-}
-
-// advertiseBlobs publishes the release's blobs that containerd holds in the directory now and
-// every few minutes, so that peers find the layers this node can give them.
-func (n *agentNode) advertiseBlobs(ctx context.Context) {
-	for {
-		n.advertiseOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Minute):
-		}
-	}
 }
 
 // followPlans reads what the UpgradePlans ask of this node every report interval.
@@ -838,10 +796,9 @@ func agentISO(ctx context.Context, a *app, c agentConfig, store *peer.Store, f *
 	}
 }
 
-// agentPreload imports the release's images from the local ISO into containerd and returns the
-// references its image lists name. A failure is logged and left in the status for the sequencer:
+// agentPreload imports the release's images from the local ISO into containerd. A failure is logged and left in the status for the sequencer:
 // the repo keeps serving.
-func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard, retryFor time.Duration) (refs []string) {
+func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string, board *statusBoard, retryFor time.Duration) {
 	err := func() error {
 		f, err := os.Open(path)
 		if err != nil {
@@ -864,12 +821,7 @@ func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string
 		board.mu.Lock()
 		board.preloadr = p
 		board.mu.Unlock()
-		plan, _, err := p.Run(ctx, fs.FS(fsys))
-		if plan != nil {
-			for _, s := range plan.Steps {
-				refs = append(refs, s.Images...)
-			}
-		}
+		_, _, err = p.Run(ctx, fs.FS(fsys))
 		return err
 	}()
 	if err != nil && ctx.Err() == nil {
@@ -880,5 +832,4 @@ func agentPreload(ctx context.Context, a *app, cs *containerd.Store, path string
 		}
 		board.mu.Unlock()
 	}
-	return refs
 }

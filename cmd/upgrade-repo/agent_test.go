@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -24,6 +22,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
+	"github.com/upgrade-repo/upgrade-repo/repo"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -279,9 +278,8 @@ func TestAgentFollowsPlans(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// An agent with its own ISO and a real containerd preloads only once the plan lets its node, and
-// then serves the layers of containerd's content store to peers by digest.
-func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
+// An agent with its own ISO and a real containerd preloads only once the plan lets its node.
+func TestAgentPreloadsWhenAllowed(t *testing.T) {
 	d := containerdtest.Start(t)
 	isoPath, sum := packTestISO(t)
 	// The plan writes the checksum with its prefix: the report must carry it as written.
@@ -294,8 +292,6 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	})
 	c := testAgentConfig(t, "n1", kube)
 	c.isoFile, c.isoChecksum, c.sock = isoPath, sum.String(), d.Socket
-	var key []byte
-	c.keyFile, key = writeKeyFile(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
@@ -311,9 +307,10 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	cs, err := containerd.New(t.Context(), d.Socket)
 	require.NoError(t, err)
 	defer cs.Close()
-	blobs, err := cs.Blobs(t.Context())
+	refs := releaseRefs(t, c.listen)
+	missing, err := cs.Missing(t.Context(), refs)
 	require.NoError(t, err)
-	require.Empty(t, blobs)
+	require.ElementsMatch(t, refs, missing, "no image imported before the plan lets the node")
 
 	// The sequencer lets the node preload.
 	plan := setAgents(t, kube, "up", v1beta1.PhaseImagePreloading,
@@ -328,18 +325,9 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	require.Positive(t, st.Preload.BytesDone)
 	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
 
-	// Every blob of the release's images is served by digest to the ring's members, and verifies.
-	blobs = releaseBlobs(t, c.listen, cs)
-	bearer := []string{"Authorization", "Bearer " + peerToken(key)}
-	for _, dg := range blobs {
-		status, body, complete := get(t, "http://"+c.listen+"/v2/any/blobs/"+dg, bearer...)
-		require.True(t, complete)
-		require.Equal(t, http.StatusOK, status, dg)
-		h := sha256.Sum256(body)
-		require.Equal(t, dg, "sha256:"+hex.EncodeToString(h[:]))
-	}
-	status, _, _ := get(t, "http://"+c.listen+"/v2/any/blobs/sha256:"+strings.Repeat("0", 64), bearer...)
-	require.Equal(t, http.StatusNotFound, status)
+	missing, err = cs.Missing(t.Context(), refs)
+	require.NoError(t, err)
+	require.Empty(t, missing)
 
 	cancel()
 	require.NoError(t, <-done)
@@ -403,4 +391,19 @@ func countingOrigin(t *testing.T, isoPath string) (*httptest.Server, *atomic.Int
 	}))
 	t.Cleanup(origin.Close)
 	return origin, sent
+}
+
+// releaseRefs returns the image references of the release served at addr.
+func releaseRefs(t *testing.T, addr string) []string {
+	t.Helper()
+	status, body, _ := get(t, "http://"+addr+"/v1/images")
+	require.Equal(t, http.StatusOK, status)
+	var imgs []repo.ImageDoc
+	require.NoError(t, json.Unmarshal(body, &imgs))
+	var refs []string
+	for _, im := range imgs {
+		refs = append(refs, im.Ref)
+	}
+	require.NotEmpty(t, refs)
+	return refs
 }
