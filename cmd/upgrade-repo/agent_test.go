@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
@@ -36,18 +37,18 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func agentStatusOf(t *testing.T, addr string) (agentStatus, bool) {
+func agentStatusOf(t *testing.T, addr string) (agent.Status, bool) {
 	resp, err := http.Get("http://" + addr + "/v1/status")
 	if err != nil {
-		return agentStatus{}, false
+		return agent.Status{}, false
 	}
 	defer resp.Body.Close()
-	var s agentStatus
+	var s agent.Status
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
 	return s, true
 }
 
-func waitReady(t *testing.T, addr string, done <-chan error) agentStatus {
+func waitReady(t *testing.T, addr string, done <-chan error) agent.Status {
 	t.Helper()
 	deadline := time.After(60 * time.Second)
 	for {
@@ -149,7 +150,7 @@ func (c *countingResponse) Write(p []byte) (int, error) {
 
 // kubeFake is the API server as controller-runtime's fake client sees it, with the status
 // subresources the agent and the sequencer write.
-func kubeFake(t *testing.T, objs ...client.Object) client.Client {
+func kubeFake(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
 	s, err := planScheme()
 	require.NoError(t, err)
@@ -200,10 +201,10 @@ func decide(p *v1beta1.UpgradePlan, node string, st v1beta1.RepoNodeStatus) v1be
 	return sequencer.Decide(sequencer.DefaultConfig, o).Status.Phase
 }
 
-func testAgentConfig(t *testing.T, node string, kube client.Client) agentConfig {
+func testAgentConfig(t *testing.T, node string, kube client.WithWatch) agentConfig {
 	return agentConfig{
-		node: node, listen: freeAddr(t), gossipListen: freeAddr(t), cacheDir: t.TempDir(),
-		grace: 5 * time.Second, kube: kube, report: true, reportInterval: 100 * time.Millisecond,
+		Config: agent.Config{Node: node, CacheDir: t.TempDir(), Grace: 5 * time.Second, ReportInterval: 100 * time.Millisecond},
+		listen: freeAddr(t), gossipListen: freeAddr(t), kube: kube, report: true,
 	}
 }
 
@@ -223,7 +224,7 @@ func TestAgentFollowsPlans(t *testing.T) {
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	// No plan holds an ISO: the agent reports that it holds none.
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return !s.HeartbeatTime.IsZero() })
@@ -265,7 +266,7 @@ func TestAgentFollowsPlans(t *testing.T) {
 	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOPending })
 	require.False(t, st.Repo.Ready)
 	require.Empty(t, st.ISO.Checksum)
-	left, err := os.ReadDir(c.cacheDir)
+	left, err := os.ReadDir(c.CacheDir)
 	require.NoError(t, err)
 	require.Empty(t, left, "the cache holds nothing once no plan holds the ISO")
 	resp, err = http.Get("http://" + c.listen + "/v1/release")
@@ -291,12 +292,12 @@ func TestAgentPreloadsWhenAllowed(t *testing.T) {
 			Agents: &v1beta1.AgentInstructions{ISOURL: "http://origin.invalid/release.iso", ISOChecksum: planSum, Hold: true}},
 	})
 	c := testAgentConfig(t, "n1", kube)
-	c.isoFile, c.isoChecksum, c.sock = isoPath, sum.String(), d.Socket
+	c.ISOFile, c.ISOChecksum, c.sock = isoPath, sum.String(), d.Socket
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.Repo.Ready })
 	require.Equal(t, planSum, st.ISO.Checksum)
@@ -354,7 +355,7 @@ func TestAgentReportsAnUnusablePlan(t *testing.T) {
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOFailed })
 	require.Equal(t, "md5:1234", st.ISO.Checksum)
