@@ -97,8 +97,8 @@ type node struct {
 }
 
 type nodeConfig struct {
-	wrap  func(http.Handler) http.Handler
-	opts  []peer.FetchOption
+	wrap func(http.Handler) http.Handler
+	opts []peer.FetchOption
 }
 
 const testChunk = 256 << 10
