@@ -38,4 +38,8 @@
 // the chunks it owns, or chunks whose owner has left or stalled, and takes every other chunk from
 // whichever peer holds it as soon as the directory says so. With N nodes starting together the
 // origin sends about one copy of the ISO instead of N.
+//
+// Imports: chunks, redact, Prometheus and the standard library's HTTP; never iso, repo, preload, acquire,
+// the sequencer, api or policy (boundary test), and never hashicorp/memberlist, which only
+// peer/memberlist talks to.
 package peer

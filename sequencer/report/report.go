@@ -2,6 +2,9 @@
 // publishes the agent's state in the RepoNode named after its node (the agent is that object's
 // only writer), and Instructions reads what the sequencer asks of the node from the UpgradePlans
 // in flight.
+//
+// Imports: api and controller-runtime's client; it is shared by the agent and the sequencer and
+// imports neither.
 package report
 
 import (
