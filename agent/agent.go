@@ -10,9 +10,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
@@ -208,7 +210,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.gossip.Run(gctx) })
 	g.Go(func() error { a.join(gctx); return nil })
 	if a.kube != nil {
-		g.Go(func() error { watchPlans(gctx, a.kube, a.cfg.Node, a.plans); return nil })
+		// client-go's informer logs through the logger its context carries: this agent's.
+		wctx := klog.NewContext(gctx, logr.FromSlogHandler(a.log.Handler()))
+		g.Go(func() error { watchPlans(wctx, a.kube, a.cfg.Node, a.plans); return nil })
 		g.Go(func() error { a.report.run(gctx); return nil })
 	}
 	g.Go(func() error {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -133,7 +134,7 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 			return err
 		}
 	}
-	deps := agent.Deps{Log: a.log, Seeds: splitSeeds(c.join), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
+	deps := agent.Deps{Log: a.log, Seeds: strings.FieldsFunc(c.join, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
 	if c.sock != "" {
 		cs, err := containerd.New(ctx, c.sock, containerd.WithLogger(a.log))
 		if err != nil {
@@ -179,14 +180,4 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 		return err
 	}
 	return ag.Run(ctx)
-}
-
-func splitSeeds(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
 }
