@@ -50,6 +50,8 @@ type ISOStatus struct {
 // its ServeHTTP serves the status as JSON.
 type Board struct {
 	members func() int
+	// changed receives a token after every change (buffer of one): the report loop's wake-up.
+	changed chan struct{}
 
 	mu       sync.Mutex
 	s        Status
@@ -65,7 +67,7 @@ var _ http.Handler = (*Board)(nil)
 
 // NewBoard returns the board of node, holding no ISO; members counts the live gossip members.
 func NewBoard(node string, members func() int) *Board {
-	b := &Board{members: members}
+	b := &Board{members: members, changed: make(chan struct{}, 1)}
 	b.s.Node = node
 	b.s.ISO.State = ISOPending
 	return b
@@ -76,7 +78,19 @@ func (b *Board) update(f func(*Status)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f(&b.s)
+	b.notify()
 }
+
+// notify tells the report loop that the board changed; it never blocks.
+func (b *Board) notify() {
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+// changes returns the channel that receives a token after changes of the board.
+func (b *Board) changes() <-chan struct{} { return b.changed }
 
 // Snapshot returns the current status, with the members counted and the preload's progress now.
 func (b *Board) Snapshot() Status {
@@ -108,6 +122,7 @@ func (b *Board) plan(name, checksum string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.s.Plan, b.checksum = name, checksum
+	b.notify()
 }
 
 // failed marks the ISO failed with msg.
@@ -125,6 +140,7 @@ func (b *Board) preloading(p *preload.Preloader, err error) {
 	if err != nil && b.preloadr == nil {
 		b.preloadErr = err.Error()
 	}
+	b.notify()
 }
 
 // reset returns the board to a node that holds no ISO.
@@ -135,6 +151,7 @@ func (b *Board) reset() {
 	b.checksum = ""
 	b.preloadr = nil
 	b.preloadErr = ""
+	b.notify()
 }
 
 // isoStates maps the board's ISO states to the RepoNode's.

@@ -62,6 +62,8 @@ func (r *reporter) run(ctx context.Context) {
 		case <-changed:
 			// What the plans ask changes how the state is written (the checksum as the plan
 			// writes it): the sequencer hears of it at once.
+		case <-r.board.changes():
+			// A change of state goes out at once; progress alone waits for the heartbeat.
 		case <-time.After(r.look):
 		}
 	}
