@@ -9,7 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
 // ErrChecksumMismatch is returned when content does not have the checksum it should have.
@@ -20,18 +21,17 @@ type Checksum struct {
 	sum []byte
 }
 
-// ParseChecksum parses "sha512:HEX" (a bare 128-digit hex string is taken as sha512 too).
+// ParseChecksum parses "sha512:HEX" (a bare 128-digit hex string is taken as sha512 too; the
+// algorithm and the digits in any case, surrounding spaces ignored). It reads what
+// peer.ParseChecksum reads, the one parser of an ISO checksum, and keeps the digest's bytes.
 func ParseChecksum(s string) (Checksum, error) {
-	algo, hexSum, ok := strings.Cut(strings.TrimSpace(s), ":")
-	if !ok {
-		algo, hexSum = "sha512", algo
+	h, err := peer.ParseChecksum(s)
+	if err != nil {
+		return Checksum{}, err
 	}
-	if !strings.EqualFold(algo, "sha512") {
-		return Checksum{}, fmt.Errorf("checksum %q: algorithm %q is not supported, use sha512:HEX", s, algo)
-	}
-	b, err := hex.DecodeString(hexSum)
-	if err != nil || len(b) != sha512.Size {
-		return Checksum{}, fmt.Errorf("checksum %q: want sha512: followed by %d hex digits", s, 2*sha512.Size)
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return Checksum{}, fmt.Errorf("checksum %q: %w", s, err)
 	}
 	return Checksum{sum: b}, nil
 }

@@ -7,4 +7,7 @@
 // Where the bytes come from is a Fetcher: HTTPFetcher, the origin URL, is the default; other
 // sources (peers serving ranges in parallel) implement the same interface and reuse the Cache's
 // resume, verification, rename and reuse logic unchanged.
+//
+// Imports: chunks (the digests it records), redact, peer (its checksum parser); never repo,
+// preload, the sequencer or a technology adapter, and never the commands.
 package acquire

@@ -304,7 +304,14 @@ func TestUpgrade(t *testing.T) {
 		}
 		eventuallyDeploymentReadyIn(t, c, "kube-system", "coredns", 5*time.Minute)
 		eventuallyDeploymentReady(t, c, originName, 5*time.Minute)
-		waitDaemonSetReady(t, c, c.release+"-agent", 5*time.Minute)
+		// The plan released the ISO: the agents, which follow the plans, drop it and stop serving
+		// (not Ready behind the Service), yet run and report.
+		agentsReport(t, c, 5*time.Minute, func(st apiv1beta1.RepoNodeStatus) error {
+			if st.ISO.State != apiv1beta1.ISOPending || st.Repo.Ready {
+				return fmt.Errorf("ISO %s, repo ready %t: the released ISO is still held", st.ISO.State, st.Repo.Ready)
+			}
+			return nil
+		})
 	})
 
 	t.Run("nodes were cordoned one at a time, management nodes first, and uncordoned", func(t *testing.T) {

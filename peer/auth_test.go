@@ -10,25 +10,18 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
-// Blobs go only to requests with the ring's token, and only the listed ones; the ISO paths ask for
-// the token when one is set; a node without a token serves no blob at all.
+// The ISO paths ask for the ring's token when one is set, and are open without one.
 func TestHandlerServesPeersOnly(t *testing.T) {
 	t.Parallel()
-	mem := &peer.MemBlobs{}
-	shared := mem.Put([]byte("a layer of the release"))
-	private := mem.Put([]byte("a layer of a private image"))
-	listed := peer.NewListedBlobs(mem)
-	require.Empty(t, listed.Set([]string{shared, private}))
-	require.Equal(t, []string{private}, listed.Set([]string{shared}))
 	_, sha := isoData(t, 10)
 	token := peer.Token([]byte("key"))
 	require.Len(t, token, 64)
 	require.NotEqual(t, token, peer.Token([]byte("another key")))
 	require.Empty(t, peer.Token(nil))
 
-	keyed := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("k"), listed), nil, peer.RequireToken(token)))
+	keyed := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("k")), nil, peer.RequireToken(token)))
 	t.Cleanup(keyed.Close)
-	open := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("o"), listed), nil))
+	open := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("o")), nil))
 	t.Cleanup(open.Close)
 	tests := []struct {
 		name string
@@ -36,14 +29,10 @@ func TestHandlerServesPeersOnly(t *testing.T) {
 		auth string
 		want int
 	}{
-		{name: "listed blob, token", url: keyed.URL + "/v2/x/blobs/" + shared, auth: "Bearer " + token, want: http.StatusOK},
-		{name: "listed blob, no token", url: keyed.URL + "/v2/x/blobs/" + shared, want: http.StatusUnauthorized},
-		{name: "listed blob, another token", url: keyed.URL + "/v2/x/blobs/" + shared, auth: "Bearer " + peer.Token([]byte("k2")), want: http.StatusForbidden},
-		{name: "listed blob, basic auth", url: keyed.URL + "/v2/x/blobs/" + shared, auth: "Basic " + token, want: http.StatusUnauthorized},
-		{name: "unlisted blob, token", url: keyed.URL + "/v2/x/blobs/" + private, auth: "Bearer " + token, want: http.StatusNotFound},
+		{name: "chunks, another token", url: keyed.URL + "/v1/iso/" + sha + "/chunks", auth: "Bearer " + peer.Token([]byte("k2")), want: http.StatusForbidden},
+		{name: "chunks, basic auth", url: keyed.URL + "/v1/iso/" + sha + "/chunks", auth: "Basic " + token, want: http.StatusUnauthorized},
 		{name: "chunks, no token", url: keyed.URL + "/v1/iso/" + sha + "/chunks", want: http.StatusUnauthorized},
 		{name: "chunks, token", url: keyed.URL + "/v1/iso/" + sha + "/chunks", auth: "Bearer " + token, want: http.StatusNotFound},
-		{name: "no token set: blob", url: open.URL + "/v2/x/blobs/" + shared, auth: "Bearer " + token, want: http.StatusForbidden},
 		{name: "no token set: chunks", url: open.URL + "/v1/iso/" + sha + "/chunks", want: http.StatusNotFound},
 	}
 	for _, tc := range tests {

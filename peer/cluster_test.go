@@ -97,9 +97,8 @@ type node struct {
 }
 
 type nodeConfig struct {
-	blobs *peer.MemBlobs
-	wrap  func(http.Handler) http.Handler
-	opts  []peer.FetchOption
+	wrap func(http.Handler) http.Handler
+	opts []peer.FetchOption
 }
 
 const testChunk = 256 << 10
@@ -113,11 +112,7 @@ func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node 
 	var err error
 	n.metrics, err = peer.NewMetrics(n.reg)
 	require.NoError(t, err)
-	var bs peer.BlobStore
-	if cfg.blobs != nil {
-		bs = cfg.blobs
-	}
-	n.store = peer.NewStore(n.dir, bs)
+	n.store = peer.NewStore(n.dir)
 	var h http.Handler = peer.NewHandler(testLog(), n.store, n.metrics, peer.RequireToken(testToken))
 	if cfg.wrap != nil {
 		h = cfg.wrap(h)

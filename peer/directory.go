@@ -51,8 +51,6 @@ type Holding struct {
 type Inventory struct {
 	// ISOs lists the ISOs, sorted by SHA512.
 	ISOs []ISO
-	// Blobs lists the blob digests ("sha256:..."), sorted.
-	Blobs []string
 }
 
 // Directory records who holds what: the local node's inventory, which it publishes, and every
@@ -72,21 +70,15 @@ type Directory struct {
 	queued  chan struct{}
 }
 
-// entry is one item of an inventory: a blob or an ISO, present or deleted, with the version of
-// its owner's counter at which it last changed.
+// entry is one item of an inventory: an ISO, present or deleted, with the version of its owner's
+// counter at which it last changed.
 type entry struct {
 	ver     uint64
 	present bool
-	blob    string // "sha256:..." for blobs
-	iso     ISO    // for ISOs (SHA512 always set)
+	iso     ISO // SHA512 always set
 }
 
-func (e entry) key() string {
-	if e.blob != "" {
-		return "b" + e.blob
-	}
-	return "i" + e.iso.SHA512
-}
+func (e entry) key() string { return "i" + e.iso.SHA512 }
 
 type remoteInventory struct {
 	epoch   uint64
@@ -180,29 +172,6 @@ func (d *Directory) RemoveISO(sha512 string) {
 	d.setLocal(entry{iso: ISO{SHA512: sha512}})
 }
 
-// AddBlobs publishes blobs the local node holds. It returns an error naming the first digest
-// that is not "sha256:" and 64 lower-case hex digits; the valid ones are published all the same.
-func (d *Directory) AddBlobs(digests ...string) error {
-	var bad error
-	for _, dg := range digests {
-		if !ValidBlobDigest(dg) {
-			if bad == nil {
-				bad = fmt.Errorf("publish blob %q: not a sha256 digest", dg)
-			}
-			continue
-		}
-		d.setLocal(entry{present: true, blob: dg})
-	}
-	return bad
-}
-
-// RemoveBlobs withdraws blobs from the local inventory.
-func (d *Directory) RemoveBlobs(digests ...string) {
-	for _, dg := range digests {
-		d.setLocal(entry{blob: dg})
-	}
-}
-
 // Forget sets aside what the directory knows of a member that left the ring. A member declared
 // dead by mistake (a loaded node) comes back with Restore, or by sending news, without waiting for
 // a full exchange of state.
@@ -256,22 +225,7 @@ func (d *Directory) Knows(member string) bool {
 	return ok && inv.full
 }
 
-// BlobHolders returns the members other than the local node that hold a blob, sorted.
-func (d *Directory) BlobHolders(digest string) []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []string
-	k := "b" + digest
-	for name, inv := range d.remote {
-		if e, ok := inv.entries[k]; ok && e.present {
-			out = append(out, name)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Len returns the number of items (ISOs and blobs) the directory knows, over all members.
+// Len returns the number of ISOs the directory knows, over all members.
 func (d *Directory) Len() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -308,15 +262,10 @@ func toInventory(entries map[string]entry) Inventory {
 		if !e.present {
 			continue
 		}
-		if e.blob != "" {
-			inv.Blobs = append(inv.Blobs, e.blob)
-			continue
-		}
 		iso := e.iso
 		iso.Chunks = iso.Chunks.Clone()
 		inv.ISOs = append(inv.ISOs, iso)
 	}
-	sort.Strings(inv.Blobs)
 	sort.Slice(inv.ISOs, func(i, j int) bool { return inv.ISOs[i].SHA512 < inv.ISOs[j].SHA512 })
 	return inv
 }

@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
@@ -9,11 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-func blobDigest(i int) string {
-	s := sha256.Sum256([]byte(fmt.Sprint("blob", i)))
-	return "sha256:" + hex.EncodeToString(s[:])
-}
 
 func isoDigest(i int) string {
 	s := sha512.Sum512([]byte(fmt.Sprint("iso", i)))
@@ -24,20 +18,20 @@ func TestDeltasAreBatchedAndBounded(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		blobs   int
+		isos    int
 		limit   int
 		maxMsgs int
 	}{
-		{name: "one blob", blobs: 1, limit: 1200, maxMsgs: 1},
-		{name: "three hundred blobs", blobs: 300, limit: 1200, maxMsgs: 300 / 30},
-		{name: "small packets", blobs: 50, limit: 200, maxMsgs: 50 / 4},
+		{name: "one ISO", isos: 1, limit: 1200, maxMsgs: 1},
+		{name: "sixty ISOs", isos: 60, limit: 1200, maxMsgs: 60 / 15},
+		{name: "small packets", isos: 20, limit: 200, maxMsgs: 20 / 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			src, dst := NewDirectory("a"), NewDirectory("b")
-			for i := range tc.blobs {
-				require.NoError(t, src.AddBlobs(blobDigest(i)))
+			for i := range tc.isos {
+				require.NoError(t, src.SetISO(ISO{SHA512: isoDigest(i), Size: 100, ChunkSize: 10, Complete: true}))
 			}
 			msgs := src.TakeDeltas(tc.limit)
 			require.NotEmpty(t, msgs)
@@ -61,7 +55,7 @@ func TestDirectoryConverges(t *testing.T) {
 	bm.Set(3)
 	bm.Set(9)
 	require.NoError(t, a.SetISO(ISO{SHA512: isoDigest(1), Size: 10 << 20, ChunkSize: 1 << 20, Chunks: bm}))
-	require.NoError(t, a.AddBlobs(blobDigest(1), blobDigest(2)))
+	require.NoError(t, a.SetISO(ISO{SHA512: isoDigest(2), Size: 100, ChunkSize: 10, Complete: true}))
 	require.NoError(t, b.MergeState(a.LocalState()))
 	require.Equal(t, a.Snapshot()["a"], b.Snapshot()["a"])
 
@@ -70,18 +64,17 @@ func TestDirectoryConverges(t *testing.T) {
 	require.True(t, holders[0].ISO.Has(3))
 	require.False(t, holders[0].ISO.Has(4))
 
-	// A removal travels as a delta; an old full state does not bring the blob back.
+	// A removal travels as a delta; an old full state does not bring the ISO back.
 	old := a.LocalState()
 	a.TakeDeltas(1200)
-	a.RemoveBlobs(blobDigest(1))
+	a.RemoveISO(isoDigest(2))
 	for _, m := range a.TakeDeltas(1200) {
 		_, err := b.ApplyDelta(m)
 		require.NoError(t, err)
 	}
-	require.Empty(t, b.BlobHolders(blobDigest(1)))
+	require.Empty(t, b.ISOHolders(isoDigest(2)))
 	require.NoError(t, b.MergeState(old))
-	require.Empty(t, b.BlobHolders(blobDigest(1)), "an older state must not resurrect a removed blob")
-	require.Equal(t, []string{"a"}, b.BlobHolders(blobDigest(2)))
+	require.Empty(t, b.ISOHolders(isoDigest(2)), "an older state must not resurrect a removed ISO")
 
 	// Completing the ISO replaces the chunk map.
 	require.NoError(t, a.SetISO(ISO{SHA512: isoDigest(1), Size: 10 << 20, ChunkSize: 1 << 20, Complete: true}))
@@ -96,7 +89,6 @@ func TestDirectoryRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	good := func() []byte {
 		d := NewDirectory("a")
-		require.NoError(t, d.AddBlobs(blobDigest(1)))
 		require.NoError(t, d.SetISO(ISO{SHA512: isoDigest(1), Size: 100, ChunkSize: 10, Chunks: NewBitmap(10)}))
 		return d.LocalState()
 	}()
@@ -122,14 +114,12 @@ func TestDirectoryRejectsBadInput(t *testing.T) {
 		})
 	}
 	d := NewDirectory("b")
-	require.Error(t, d.AddBlobs("sha256:xyz"))
 	require.Error(t, d.SetISO(ISO{SHA512: "abc", Size: 1, ChunkSize: 1}))
 	require.Equal(t, 0, d.Len())
 }
 
 func FuzzDecode(f *testing.F) {
 	d := NewDirectory("a")
-	require.NoError(f, d.AddBlobs(blobDigest(1)))
 	require.NoError(f, d.SetISO(ISO{SHA512: isoDigest(1), Size: 100, ChunkSize: 10, Chunks: NewBitmap(10)}))
 	f.Add(d.LocalState())
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -149,8 +139,9 @@ func TestDeltaSubject(t *testing.T) {
 	one := NewDirectory("a")
 	require.NoError(t, one.SetISO(ISO{SHA512: isoDigest(1), Size: 10 << 20, ChunkSize: 1 << 20, Chunks: NewBitmap(10)}))
 	oneISO := one.TakeDeltas(1200)
-	require.NoError(t, one.AddBlobs(blobDigest(1), blobDigest(2)))
-	twoBlobs := one.TakeDeltas(1200)
+	require.NoError(t, one.SetISO(ISO{SHA512: isoDigest(2), Size: 10 << 20, ChunkSize: 1 << 20, Chunks: NewBitmap(10)}))
+	require.NoError(t, one.SetISO(ISO{SHA512: isoDigest(3), Size: 10 << 20, ChunkSize: 1 << 20, Chunks: NewBitmap(10)}))
+	twoISOs := one.TakeDeltas(1200)
 	tests := []struct {
 		name string
 		buf  []byte
@@ -158,7 +149,7 @@ func TestDeltaSubject(t *testing.T) {
 		ok   bool
 	}{
 		{name: "one ISO", buf: oneISO[0], want: "a\x00i" + isoDigest(1), ok: true},
-		{name: "two blobs", buf: twoBlobs[0]},
+		{name: "two ISOs", buf: twoISOs[0]},
 		{name: "full state", buf: one.LocalState()},
 		{name: "garbage", buf: []byte("UR\x01\x02junk")},
 		{name: "empty"},
@@ -171,4 +162,27 @@ func TestDeltaSubject(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// Agents of earlier versions advertised image blobs (tag 1, a 32-byte digest): a directory reads
+// past them and keeps the ISOs of the same message, so that a ring upgraded one agent at a time
+// goes on sharing the ISO.
+func TestDirectoryIgnoresBlobEntries(t *testing.T) {
+	t.Parallel()
+	a := NewDirectory("a")
+	require.NoError(t, a.SetISO(ISO{SHA512: isoDigest(1), Size: 100, ChunkSize: 10, Complete: true}))
+	state := a.LocalState()
+	// Header: magic, format, kind, name, epoch, version, count (1): append a blob entry after
+	// the ISO's and count two.
+	msg, err := decodeMessage(state)
+	require.NoError(t, err)
+	require.Len(t, msg.entries, 1)
+	blob := append([]byte{tagBlob | tagPresent, 1}, make([]byte, 32)...)
+	withBlob := appendHeader(nil, msg, 2)
+	withBlob = append(withBlob, blob...)
+	withBlob = appendEntry(withBlob, msg.entries[0])
+	b := NewDirectory("b")
+	require.NoError(t, b.MergeState(withBlob))
+	require.Len(t, b.ISOHolders(isoDigest(1)), 1)
+	require.Equal(t, 1, b.Len())
 }

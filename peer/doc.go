@@ -1,7 +1,7 @@
 // Package peer decides who holds what and moves content between nodes, verified, never trusted.
 //
-// A Directory records, for every member of the gossip ring, the content it holds: release ISOs by
-// sha512 (complete, or which chunks are held while downloading) and image blobs by sha256 digest.
+// A Directory records, for every member of the gossip ring, the release ISOs it holds, by sha512:
+// complete, or which chunks are held while downloading.
 // Full inventories travel in the gossip layer's push/pull state, changes in small batched deltas;
 // the wire format is this package's, the gossip technology is an adapter's (peer/memberlist).
 //
@@ -29,7 +29,7 @@
 //
 // A holder checks the chunks of its complete ISO against the digests it verified before it sends
 // them (package chunks): a copy changed on disk is refused and withdrawn, never sent. Peers prove
-// membership of the ring with a token derived from the gossip key (Token); blobs go only to them.
+// membership of the ring with a token derived from the gossip key (Token).
 //
 // # Sharing the origin
 //
@@ -38,4 +38,8 @@
 // the chunks it owns, or chunks whose owner has left or stalled, and takes every other chunk from
 // whichever peer holds it as soon as the directory says so. With N nodes starting together the
 // origin sends about one copy of the ISO instead of N.
+//
+// Imports: chunks, redact, Prometheus and the standard library's HTTP; never iso, repo, preload, acquire,
+// the sequencer, api or policy (boundary test), and never hashicorp/memberlist, which only
+// peer/memberlist talks to.
 package peer

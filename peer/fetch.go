@@ -37,8 +37,6 @@ type Fetcher struct {
 	members Membership
 	store   *Store
 	o       fetchOptions
-
-	blobAvoid avoidList
 }
 
 type fetchOptions struct {

@@ -9,14 +9,14 @@ import (
 type Metrics struct {
 	// Members is the number of live gossip members, the local node included.
 	Members prometheus.Gauge
-	// DirectoryEntries is the number of items (ISOs and blobs) in the directory, over all members.
+	// DirectoryEntries is the number of items (ISOs) in the directory, over all members.
 	DirectoryEntries prometheus.Gauge
 	// FetchedBytes counts content bytes received and kept, by source ("peer" or "origin").
 	FetchedBytes *prometheus.CounterVec
-	// ServedBytes counts content bytes sent to peers, by kind ("iso" or "blob").
+	// ServedBytes counts content bytes sent to peers, by kind ("iso").
 	ServedBytes *prometheus.CounterVec
 	// VerificationFailures counts received content that failed verification, by kind
-	// ("chunk" or "iso" for a whole-ISO sha512 mismatch, "blob").
+	// ("chunk", or "iso" for a whole-ISO sha512 mismatch).
 	VerificationFailures *prometheus.CounterVec
 	// GossipSentBytes counts the bytes the gossip layer sent, by transport ("packet" for UDP:
 	// probes, gossip and directory deltas; "stream" for TCP: full-state exchanges).
@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "upgrade_repo_peer_members", Help: "Live gossip members, this node included.",
 		}),
 		DirectoryEntries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "upgrade_repo_peer_directory_entries", Help: "Items (ISOs and blobs) the directory knows, over all members.",
+			Name: "upgrade_repo_peer_directory_entries", Help: "ISOs the directory knows, over all members.",
 		}),
 		FetchedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_fetched_bytes_total", Help: "Content bytes received, verified and kept, by source.",

@@ -51,7 +51,7 @@ func host(ctx context.Context) error {
 	name, ip := os.Getenv("NETNS_NAME"), os.Getenv("NETNS_IP")
 	log := testLog()
 	dir := peer.NewDirectory(name)
-	store := peer.NewStore(dir, nil)
+	store := peer.NewStore(dir)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "8080"))
 	if err != nil {
 		return err

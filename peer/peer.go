@@ -50,7 +50,6 @@ var ErrVerification = errors.New("content failed verification")
 
 var (
 	sha512Re = regexp.MustCompile(`^[0-9a-f]{128}$`)
-	sha256Re = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
 // ParseChecksum parses an ISO checksum written as "sha512:HEX" (or a bare 128-digit hex string;
@@ -70,7 +69,3 @@ func ParseChecksum(s string) (string, error) {
 	}
 	return hex, nil
 }
-
-// ValidBlobDigest reports whether d is a blob digest this package handles ("sha256:" and 64
-// lower-case hex digits).
-func ValidBlobDigest(d string) bool { return sha256Re.MatchString(d) }

@@ -33,7 +33,7 @@ func TestStoreRemove(t *testing.T) {
 			path := filepath.Join(t.TempDir(), sha+".iso")
 			require.NoError(t, os.WriteFile(path, data, 0o644))
 			dir := peer.NewDirectory("self")
-			store := peer.NewStore(dir, nil)
+			store := peer.NewStore(dir)
 			_, err := store.AddComplete(path, sha, 1<<20)
 			require.NoError(t, err)
 			require.Len(t, dir.Snapshot()["self"].ISOs, 1)

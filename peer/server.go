@@ -1,41 +1,27 @@
 package peer
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 )
-
-// BlobStore gives the image blobs this node can serve to its peers, by digest.
-//
-// Open must be safe for concurrent use. It returns the blob's content and size, or an error
-// wrapping ErrNotFound when the blob is not held. The caller closes the reader.
-type BlobStore interface {
-	Open(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error)
-}
 
 // Handler serves this node's content to its peers:
 //
 //	GET/HEAD /v1/iso/{sha512}          the ISO bytes held (Range requests; a partial download
 //	                                   serves only the chunks it holds, 416 otherwise)
 //	GET      /v1/iso/{sha512}/chunks   the sha256 of every held chunk (ChunkList as JSON)
-//	GET/HEAD /v2/{name}/blobs/{digest} image blobs by digest, the OCI distribution path
 //
-// Peers prove that they are members of the ring with a bearer token (see Token):
-// blobs are served only to them, and never without a token configured (the blobs of a node's
-// image store are not all public); the ISO paths ask for the token when one is configured (see
-// RequireToken).
+// Peers prove that they are members of the ring with a bearer token (see Token); the ISO paths
+// ask for it when one is configured (see RequireToken).
 type Handler struct {
 	log     *slog.Logger
 	store   *Store
@@ -47,9 +33,9 @@ type Handler struct {
 // HandlerOption configures a Handler.
 type HandlerOption func(*Handler)
 
-// RequireToken makes the Handler serve blobs, and the ISO paths, only to requests that carry
+// RequireToken makes the Handler serve the ISO paths only to requests that carry
 // "Authorization: Bearer <token>" (401 without it, 403 with another). Without a token the ISO
-// paths are open (the ISO is the release, public) and no blob is served (403).
+// paths are open: the ISO is the release, public.
 func RequireToken(token string) HandlerOption { return func(h *Handler) { h.token = token } }
 
 // tokenLabel is what the token is the HMAC of: a fixed label, so that the gossip key itself
@@ -68,14 +54,10 @@ func Token(secret []byte) string {
 }
 
 // authorized answers 401 or 403 and returns false unless r carries the token. Without a token
-// configured, it lets r through only when open is true.
-func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, open bool) bool {
+// configured, it lets every request through.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if h.token == "" {
-		if open {
-			return true
-		}
-		http.Error(w, "this node shares blobs only with the members of a gossip ring with a key (--gossip-key-file)", http.StatusForbidden)
-		return false
+		return true
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
@@ -112,7 +94,6 @@ func NewHandler(log *slog.Logger, store *Store, metrics *Metrics, opts ...Handle
 	}
 	h.mux.HandleFunc("GET /v1/iso/{sha512}", h.serveISO)
 	h.mux.HandleFunc("GET /v1/iso/{sha512}/chunks", h.serveChunks)
-	h.mux.HandleFunc("GET /v2/{path...}", h.serveBlob)
 	return h
 }
 
@@ -120,7 +101,7 @@ func NewHandler(log *slog.Logger, store *Store, metrics *Metrics, opts ...Handle
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(w, r, true) {
+	if !h.authorized(w, r) {
 		return
 	}
 	l, ok := h.store.ISO(r.PathValue("sha512"))
@@ -133,7 +114,7 @@ func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(w, r, true) {
+	if !h.authorized(w, r) {
 		return
 	}
 	l, ok := h.store.ISO(r.PathValue("sha512"))
@@ -214,59 +195,4 @@ func parseRange(s string, size int64) (int64, int64, error) {
 		end = min(end, size-1)
 	}
 	return start, end - start + 1, nil
-}
-
-func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(w, r, false) {
-		return
-	}
-	path := r.PathValue("path")
-	i := strings.LastIndex(path, "/blobs/")
-	if i <= 0 {
-		http.NotFound(w, r)
-		return
-	}
-	digest := path[i+len("/blobs/"):]
-	if !ValidBlobDigest(digest) {
-		http.Error(w, fmt.Sprintf("digest %q: want sha256: and 64 lower-case hex digits", digest), http.StatusBadRequest)
-		return
-	}
-	bs := h.store.Blobs()
-	if bs == nil {
-		http.Error(w, "no blob store on this node", http.StatusNotFound)
-		return
-	}
-	rc, _, err := bs.Open(r.Context(), digest)
-	if errors.Is(err, ErrNotFound) {
-		http.Error(w, "blob not held", http.StatusNotFound)
-		return
-	}
-	if err != nil {
-		h.log.Warn("open blob for a peer", "digest", digest, "err", err)
-		http.Error(w, "blob store unavailable", http.StatusInternalServerError)
-		return
-	}
-	defer rc.Close()
-	w.Header().Set("Docker-Content-Digest", digest)
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("ETag", `"`+digest+`"`)
-	if strings.Contains(r.Header.Get("Range"), ",") {
-		// Peers ask for whole blobs, or one range; a list of ranges (a multipart response, one
-		// part per range, as many as the header holds) gets the whole blob instead.
-		r.Header.Del("Range")
-	}
-	cw := &countingWriter{ResponseWriter: w}
-	http.ServeContent(cw, r, "", time.Time{}, rc)
-	h.metrics.served("blob", cw.n)
-}
-
-type countingWriter struct {
-	http.ResponseWriter
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -1,8 +1,7 @@
 package peer_test
 
 import (
-	"bytes"
-	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -18,16 +17,17 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
+// digest returns a sha512 in hex, the name of an ISO made up from s.
 func digest(s string) string {
-	d := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(d[:])
+	d := sha512.Sum512([]byte(s))
+	return hex.EncodeToString(d[:])
 }
 
-// Twelve members on loopback, each publishing its own blobs and a partial ISO, end up with the
-// same directory everywhere.
+// Twelve members on loopback, each publishing ISOs of its own and a partial shared ISO, end up
+// with the same directory everywhere.
 func TestMembersConverge(t *testing.T) {
 	t.Parallel()
-	const members, blobsEach = 12, 60
+	const members, isosEach = 12, 20
 	_, sha := isoData(t, 1024)
 	nodes := make([]*node, members)
 	for i := range nodes {
@@ -38,11 +38,9 @@ func TestMembersConverge(t *testing.T) {
 		nodes[i] = startNode(t, fmt.Sprintf("node-%02d", i), seeds, nodeConfig{})
 	}
 	for i, n := range nodes {
-		var ds []string
-		for j := range blobsEach {
-			ds = append(ds, digest(fmt.Sprint(i, "/", j)))
+		for j := range isosEach {
+			require.NoError(t, n.dir.SetISO(peer.ISO{SHA512: digest(fmt.Sprint(i, "/", j)), Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
 		}
-		require.NoError(t, n.dir.AddBlobs(ds...))
 		bm := peer.NewBitmap(40)
 		bm.Set(i)
 		require.NoError(t, n.dir.SetISO(peer.ISO{SHA512: sha, Size: 40 << 20, ChunkSize: 1 << 20, Chunks: bm}))
@@ -51,16 +49,18 @@ func TestMembersConverge(t *testing.T) {
 	want := map[string]peer.Inventory{}
 	for _, n := range nodes {
 		want[n.name] = n.dir.Snapshot()[n.name]
-		require.Len(t, want[n.name].Blobs, blobsEach)
+		require.Len(t, want[n.name].ISOs, isosEach+1)
 	}
 	for _, n := range nodes {
 		waitFor(t, n.dir, n.name+" to learn every inventory", func() bool {
 			return len(n.gossip.Members()) == members && reflect.DeepEqual(n.dir.Snapshot(), want)
 		})
-		require.Equal(t, members*(blobsEach+1), n.dir.Len())
+		require.Equal(t, members*(isosEach+1), n.dir.Len())
 	}
 	require.Len(t, nodes[5].dir.ISOHolders(sha), members-1)
-	require.Equal(t, []string{"node-07"}, nodes[3].dir.BlobHolders(digest("7/59")))
+	holders := nodes[3].dir.ISOHolders(digest("7/19"))
+	require.Len(t, holders, 1)
+	require.Equal(t, "node-07", holders[0].Member)
 	require.InDelta(t, float64(members), metricValue(t, nodes[0], "upgrade_repo_peer_members", ""), 0)
 }
 
@@ -232,40 +232,4 @@ func (s *stallWriter) Write(p []byte) (int, error) {
 	n, err := s.ResponseWriter.Write(p)
 	s.served.Add(int64(n))
 	return n, err
-}
-
-// A blob comes from a peer that holds it, verified: a holder whose copy went bad is caught and
-// passed over; a blob no peer holds is ErrNotFound.
-func TestBlobFromPeers(t *testing.T) {
-	t.Parallel()
-	good, bad := &peer.MemBlobs{}, &peer.MemBlobs{}
-	blob := []byte("a layer of an image, shared between nodes")
-	d := good.Put(blob)
-	bad.Set(d, []byte("a layer of an image, shared between nodez"))
-	a := startNode(t, "a-bad", nil, nodeConfig{blobs: bad})
-	b := startNode(t, "b-good", []string{a.gossip.Addr()}, nodeConfig{blobs: good})
-	require.NoError(t, a.dir.AddBlobs(d))
-	require.NoError(t, b.dir.AddBlobs(d))
-	c := startNode(t, "c", []string{a.gossip.Addr()}, nodeConfig{})
-	waitFor(t, c.dir, "both holders of the blob", func() bool { return len(c.dir.BlobHolders(d)) == 2 })
-
-	var out bytes.Buffer
-	n, err := c.fetcher.FetchBlob(t.Context(), d, t.TempDir(), &out)
-	require.NoError(t, err)
-	require.EqualValues(t, len(blob), n)
-	require.Equal(t, blob, out.Bytes())
-	require.InDelta(t, 1.0, metricValue(t, c, "upgrade_repo_peer_verification_failures_total", "blob"), 0,
-		"the bad holder comes first by name and must be caught")
-
-	_, err = c.fetcher.FetchBlob(t.Context(), digest("nobody has this"), t.TempDir(), &out)
-	require.ErrorIs(t, err, peer.ErrNotFound)
-
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.srv.URL+"/v2/library/busybox/blobs/"+d, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, d, resp.Header.Get("Docker-Content-Digest"))
 }

@@ -21,12 +21,11 @@ import (
 const DefaultChunkSize = 4 << 20
 
 // Store is the content this node holds and serves to its peers: ISO files, complete or being
-// filled, and optionally a blob store. It publishes what it holds in the directory. Safe for
+// filled. It publishes what it holds in the directory. Safe for
 // concurrent use.
 type Store struct {
-	dir   *Directory
-	blobs BlobStore
-	o     storeOptions
+	dir *Directory
+	o   storeOptions
 
 	mu   sync.RWMutex
 	isos map[string]*LocalISO
@@ -50,13 +49,13 @@ func WithOnDamage(f func(sha512 string, d *chunks.DamageError)) StoreOption {
 	return func(o *storeOptions) { o.onDamage = f }
 }
 
-// NewStore returns a store that publishes in dir. blobs may be nil.
-func NewStore(dir *Directory, blobs BlobStore, opts ...StoreOption) *Store {
+// NewStore returns a store that publishes in dir.
+func NewStore(dir *Directory, opts ...StoreOption) *Store {
 	o := storeOptions{log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Store{dir: dir, blobs: blobs, o: o, isos: map[string]*LocalISO{}}
+	return &Store{dir: dir, o: o, isos: map[string]*LocalISO{}}
 }
 
 // ISO returns the local ISO with the given sha512, if any.
@@ -66,9 +65,6 @@ func (s *Store) ISO(sha512 string) (*LocalISO, bool) {
 	l, ok := s.isos[sha512]
 	return l, ok
 }
-
-// Blobs returns the blob store, or nil.
-func (s *Store) Blobs() BlobStore { return s.blobs }
 
 func (s *Store) add(l *LocalISO) {
 	s.mu.Lock()

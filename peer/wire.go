@@ -11,14 +11,15 @@ import (
 //
 //	magic 'U' 'R', format 1, kind (1 state, 2 delta)
 //	uvarint len + member name, uvarint epoch, uvarint version, uvarint entry count
-//	each entry: tag (1 blob, 2 ISO) | present<<7, uvarint version, then
-//	  blob: 32 digest bytes
+//	each entry: tag (2 ISO) | present<<7, uvarint version, then
 //	  ISO:  64 digest bytes; when present: uvarint size, uvarint chunk size, complete byte,
 //	        and when not complete: uvarint length + chunk bitmap
 const (
 	kindState = 1
 	kindDelta = 2
 
+	// tagBlob entries (32 digest bytes) came from agents that advertised image blobs; they
+	// are read and ignored, so that a ring upgraded one agent at a time keeps working.
 	tagBlob    = 1
 	tagISO     = 2
 	tagPresent = 0x80
@@ -52,18 +53,11 @@ func appendHeader(b []byte, m message, count int) []byte {
 
 func appendEntry(b []byte, e entry) []byte {
 	tag := byte(tagISO)
-	if e.blob != "" {
-		tag = tagBlob
-	}
 	if e.present {
 		tag |= tagPresent
 	}
 	b = append(b, tag)
 	b = binary.AppendUvarint(b, e.ver)
-	if e.blob != "" {
-		raw, _ := hex.DecodeString(e.blob[len("sha256:"):])
-		return append(b, raw...)
-	}
 	raw, _ := hex.DecodeString(e.iso.SHA512)
 	b = append(b, raw...)
 	if !e.present {
@@ -201,9 +195,8 @@ func decodeMessage(buf []byte) (message, error) {
 		e.ver = r.uvarint("entry version")
 		switch tag &^ tagPresent {
 		case tagBlob:
-			if raw := r.bytes(32, "blob digest"); r.err == nil {
-				e.blob = "sha256:" + hex.EncodeToString(raw)
-			}
+			r.bytes(32, "blob digest")
+			continue
 		case tagISO:
 			if raw := r.bytes(64, "ISO digest"); r.err == nil {
 				e.iso.SHA512 = hex.EncodeToString(raw)

@@ -2,4 +2,6 @@
 // way kubeadm does: every check either passes or fails, and a failing check is either required
 // (the upgrade is refused) or skippable (force turns it into a warning). The package is pure: the
 // caller gathers the facts (versions, nodes, plans) and Evaluate judges them.
+//
+// Imports: the standard library only (depguard rule policy, boundary test).
 package policy

@@ -5,6 +5,8 @@
 // (https://user:password@host/...) or a signed query (an S3 presigned URL carries its
 // X-Amz-Signature there). Every place that prints a URL passes it through URL first, and every
 // error of net/http's client, which quotes the URL it was asked for, through Error.
+//
+// Imports: the standard library only.
 package redact
 
 import "net/url"

@@ -4,4 +4,6 @@
 //
 // It reads them from any fs.FS, so the same code works on an opened ISO, on an extracted tree and
 // on a test's fstest.MapFS. It knows nothing of HTTP, containerd or the ISO format.
+//
+// Imports: a YAML decoder and the standard library; never iso, repo, HTTP clients or containerd.
 package release

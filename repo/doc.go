@@ -10,4 +10,8 @@
 //
 // Handler serves one release; Server adds /livez, /readyz and /metrics around the Handler that is
 // current, so a process can listen before its release is verified and indexed.
+//
+// Imports: release and the standard library's HTTP; never iso, acquire, preload, peer, the
+// sequencer, api, policy or chunks (depguard rule repo, boundary test): a range check is handed
+// in as a function (WithRangeCheck).
 package repo

@@ -3,4 +3,7 @@
 // observes the cluster through controller-runtime, calls Decide and applies its action. Every
 // action is idempotent and all progress lives in the plan's status, so a restarted sequencer
 // resumes where the last one stopped.
+//
+// Imports: api, policy, release, repoclient, suc and controller-runtime; never the node's side
+// (agent, peer, preload, iso, repo) nor containerd or memberlist.
 package sequencer

@@ -43,7 +43,8 @@ import (
 // (--namespace: Jobs, the installed-version ConfigMap, the agents' Service and EndpointSlices, the
 // leader Lease and its events), cattle-system is system-upgrade-controller's (--suc-namespace),
 // harvester-system compatibility mode's (--compat-namespace, compat.go). default is no stand-in:
-// events about cluster-scoped objects, the UpgradePlans, are written there. The informers of
+// events about cluster-scoped objects, the UpgradePlans, are written there (events.k8s.io/v1;
+// the leader election's events in upgrade-repo-system are still core/v1 ones). The informers of
 // cmd/upgrade-repo/sequencer.go list and watch namespaced kinds in those namespaces only, so the
 // Roles grant list and watch there; system-upgrade-controller's Plans are read uncached.
 //
@@ -63,7 +64,7 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=upgrade-repo-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=upgrade-repo-system
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete,namespace=upgrade-repo-system
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=default
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch,namespace=default
 // +kubebuilder:rbac:groups=upgrade.cattle.io,resources=plans,verbs=get;list;create;update;delete,namespace=cattle-system
 
 // Labels the sequencer puts on what it creates.
@@ -86,9 +87,10 @@ const DefaultJobTimeout = 4 * time.Hour
 // podNodeIndex is the field index of pods by node name.
 const podNodeIndex = "spec.nodeName"
 
-// EventRecorder records Kubernetes events; client-go's record.EventRecorder is one.
+// EventRecorder records events.k8s.io/v1 Events; client-go's events.EventRecorder (what
+// controller-runtime's GetEventRecorder returns) is one. Eventf must not block.
 type EventRecorder interface {
-	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 
 // Reconciler drives UpgradePlans. It owns their status; it creates Jobs and
@@ -289,7 +291,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if e.Warning {
 				typ = corev1.EventTypeWarning
 			}
-			r.events.Eventf(&plan, typ, e.Reason, "%s", e.Message)
+			r.events.Eventf(&plan, nil, typ, e.Reason, string(d.Status.Phase), "%s", e.Message)
 		}
 	}
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
@@ -311,7 +313,7 @@ func (r *Reconciler) degrade(ctx context.Context, plan *v1beta1.UpgradePlan, rea
 		return reconcile.Result{}, fmt.Errorf("update status of plan %s: %w", plan.Name, err)
 	}
 	if r.events != nil {
-		r.events.Eventf(plan, corev1.EventTypeWarning, reason, "%s", msg)
+		r.events.Eventf(plan, nil, corev1.EventTypeWarning, reason, string(plan.Status.Phase), "%s", msg)
 	}
 	return reconcile.Result{RequeueAfter: r.cfg.Poll}, nil
 }

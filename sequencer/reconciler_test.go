@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -94,7 +94,7 @@ type cluster struct {
 	c        client.WithWatch
 	now      time.Time
 	repoURL  string
-	recorder *record.FakeRecorder
+	recorder *events.FakeRecorder
 	// failStatusOnce makes the first status write of the plan in each phase fail, as a sequencer
 	// that dies after acting and before recording would.
 	failStatusOnce bool
@@ -138,7 +138,7 @@ func newClusterOf(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Objec
 	}
 	objs = append(objs, extra...)
 	k.objects = objs
-	k.recorder = record.NewFakeRecorder(1000)
+	k.recorder = events.NewFakeRecorder(1000)
 	k.c = fake.NewClientBuilder().WithScheme(testScheme(t)).
 		WithObjects(objs...).
 		WithStatusSubresource(&v1beta1.UpgradePlan{}, &v1beta1.RepoNode{}, &batchv1.Job{}).

@@ -6,6 +6,8 @@
 // The package holds only types and kubebuilder markers. Deepcopy functions, CRD manifests and
 // RBAC are generated from it by controller-gen (make generate).
 //
+// Imports: the standard library and k8s.io/apimachinery only (depguard rule api, boundary test).
+//
 // +kubebuilder:object:generate=true
 // +groupName=management.harvesterhci.io
 package v1beta1

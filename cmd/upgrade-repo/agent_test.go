@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -21,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
+	"github.com/upgrade-repo/upgrade-repo/repo"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -37,18 +37,18 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func agentStatusOf(t *testing.T, addr string) (agentStatus, bool) {
+func agentStatusOf(t *testing.T, addr string) (agent.Status, bool) {
 	resp, err := http.Get("http://" + addr + "/v1/status")
 	if err != nil {
-		return agentStatus{}, false
+		return agent.Status{}, false
 	}
 	defer resp.Body.Close()
-	var s agentStatus
+	var s agent.Status
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
 	return s, true
 }
 
-func waitReady(t *testing.T, addr string, done <-chan error) agentStatus {
+func waitReady(t *testing.T, addr string, done <-chan error) agent.Status {
 	t.Helper()
 	deadline := time.After(60 * time.Second)
 	for {
@@ -150,7 +150,7 @@ func (c *countingResponse) Write(p []byte) (int, error) {
 
 // kubeFake is the API server as controller-runtime's fake client sees it, with the status
 // subresources the agent and the sequencer write.
-func kubeFake(t *testing.T, objs ...client.Object) client.Client {
+func kubeFake(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
 	s, err := planScheme()
 	require.NoError(t, err)
@@ -201,10 +201,10 @@ func decide(p *v1beta1.UpgradePlan, node string, st v1beta1.RepoNodeStatus) v1be
 	return sequencer.Decide(sequencer.DefaultConfig, o).Status.Phase
 }
 
-func testAgentConfig(t *testing.T, node string, kube client.Client) agentConfig {
+func testAgentConfig(t *testing.T, node string, kube client.WithWatch) agentConfig {
 	return agentConfig{
-		node: node, listen: freeAddr(t), gossipListen: freeAddr(t), cacheDir: t.TempDir(),
-		grace: 5 * time.Second, kube: kube, report: true, reportInterval: 100 * time.Millisecond,
+		Config: agent.Config{Node: node, CacheDir: t.TempDir(), Grace: 5 * time.Second, ReportInterval: 100 * time.Millisecond},
+		listen: freeAddr(t), gossipListen: freeAddr(t), kube: kube, report: true,
 	}
 }
 
@@ -224,7 +224,7 @@ func TestAgentFollowsPlans(t *testing.T) {
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	// No plan holds an ISO: the agent reports that it holds none.
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return !s.HeartbeatTime.IsZero() })
@@ -266,7 +266,7 @@ func TestAgentFollowsPlans(t *testing.T) {
 	st = waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOPending })
 	require.False(t, st.Repo.Ready)
 	require.Empty(t, st.ISO.Checksum)
-	left, err := os.ReadDir(c.cacheDir)
+	left, err := os.ReadDir(c.CacheDir)
 	require.NoError(t, err)
 	require.Empty(t, left, "the cache holds nothing once no plan holds the ISO")
 	resp, err = http.Get("http://" + c.listen + "/v1/release")
@@ -279,9 +279,8 @@ func TestAgentFollowsPlans(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// An agent with its own ISO and a real containerd preloads only once the plan lets its node, and
-// then serves the layers of containerd's content store to peers by digest.
-func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
+// An agent with its own ISO and a real containerd preloads only once the plan lets its node.
+func TestAgentPreloadsWhenAllowed(t *testing.T) {
 	d := containerdtest.Start(t)
 	isoPath, sum := packTestISO(t)
 	// The plan writes the checksum with its prefix: the report must carry it as written.
@@ -293,14 +292,12 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 			Agents: &v1beta1.AgentInstructions{ISOURL: "http://origin.invalid/release.iso", ISOChecksum: planSum, Hold: true}},
 	})
 	c := testAgentConfig(t, "n1", kube)
-	c.isoFile, c.isoChecksum, c.sock = isoPath, sum.String(), d.Socket
-	var key []byte
-	c.keyFile, key = writeKeyFile(t)
+	c.ISOFile, c.ISOChecksum, c.sock = isoPath, sum.String(), d.Socket
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.Repo.Ready })
 	require.Equal(t, planSum, st.ISO.Checksum)
@@ -311,9 +308,10 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	cs, err := containerd.New(t.Context(), d.Socket)
 	require.NoError(t, err)
 	defer cs.Close()
-	blobs, err := cs.Blobs(t.Context())
+	refs := releaseRefs(t, c.listen)
+	missing, err := cs.Missing(t.Context(), refs)
 	require.NoError(t, err)
-	require.Empty(t, blobs)
+	require.ElementsMatch(t, refs, missing, "no image imported before the plan lets the node")
 
 	// The sequencer lets the node preload.
 	plan := setAgents(t, kube, "up", v1beta1.PhaseImagePreloading,
@@ -328,18 +326,9 @@ func TestAgentPreloadsWhenAllowedAndServesBlobs(t *testing.T) {
 	require.Positive(t, st.Preload.BytesDone)
 	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
 
-	// Every blob of the release's images is served by digest to the ring's members, and verifies.
-	blobs = releaseBlobs(t, c.listen, cs)
-	bearer := []string{"Authorization", "Bearer " + peerToken(key)}
-	for _, dg := range blobs {
-		status, body, complete := get(t, "http://"+c.listen+"/v2/any/blobs/"+dg, bearer...)
-		require.True(t, complete)
-		require.Equal(t, http.StatusOK, status, dg)
-		h := sha256.Sum256(body)
-		require.Equal(t, dg, "sha256:"+hex.EncodeToString(h[:]))
-	}
-	status, _, _ := get(t, "http://"+c.listen+"/v2/any/blobs/sha256:"+strings.Repeat("0", 64), bearer...)
-	require.Equal(t, http.StatusNotFound, status)
+	missing, err = cs.Missing(t.Context(), refs)
+	require.NoError(t, err)
+	require.Empty(t, missing)
 
 	cancel()
 	require.NoError(t, <-done)
@@ -366,7 +355,7 @@ func TestAgentReportsAnUnusablePlan(t *testing.T) {
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
-	go func() { done <- agent(ctx, a, c) }()
+	go func() { done <- runNodeAgent(ctx, a, c) }()
 
 	st := waitRepoNode(t, kube, "n1", done, func(s v1beta1.RepoNodeStatus) bool { return s.ISO.State == v1beta1.ISOFailed })
 	require.Equal(t, "md5:1234", st.ISO.Checksum)
@@ -403,4 +392,19 @@ func countingOrigin(t *testing.T, isoPath string) (*httptest.Server, *atomic.Int
 	}))
 	t.Cleanup(origin.Close)
 	return origin, sent
+}
+
+// releaseRefs returns the image references of the release served at addr.
+func releaseRefs(t *testing.T, addr string) []string {
+	t.Helper()
+	status, body, _ := get(t, "http://"+addr+"/v1/images")
+	require.Equal(t, http.StatusOK, status)
+	var imgs []repo.ImageDoc
+	require.NoError(t, json.Unmarshal(body, &imgs))
+	var refs []string
+	for _, im := range imgs {
+		refs = append(refs, im.Ref)
+	}
+	require.NotEmpty(t, refs)
+	return refs
 }

@@ -1,8 +1,10 @@
-// Command upgrade-repo serves a release ISO to a Kubernetes cluster, shares it and its images
-// between nodes, preloads the images into each node's containerd and sequences the upgrade.
+// Command upgrade-repo serves a release ISO to a Kubernetes cluster, shares it between nodes, preloads the images into each node's containerd and sequences the upgrade.
 //
 // main only wires: it builds the process context and the logger, picks the subcommand and turns
-// its error into an exit status. Each subcommand lives in a file of its own.
+// its error into an exit status. Each subcommand lives in a file of its own, parses its flags and
+// builds the parts that do the work (agent.New for the node's daemon, the sequencer's Reconciler,
+// preload.New, ...) and the adapters they are handed (peer/memberlist, preload/containerd). It
+// may import every package; no package imports it (boundary test).
 package main
 
 import (

@@ -107,8 +107,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		sequencer.WithRepoURL(*repoURL),
 		sequencer.WithUpgradeImage(*image),
 		sequencer.WithSUCNamespace(*sucNamespace),
-		// The core/v1 recorder: the events.k8s.io/v1 one that replaces it has another signature.
-		sequencer.WithEventRecorder(mgr.GetEventRecorderFor("upgrade-repo-sequencer")),
+		sequencer.WithEventRecorder(mgr.GetEventRecorder("upgrade-repo-sequencer")),
 		sequencer.WithConfig(sequencer.Config{StallAfter: *stallAfter, HeartbeatTimeout: *heartbeat, Poll: *poll, StepStallAfter: *stepStall}),
 		sequencer.WithKeepPods(keep),
 		sequencer.WithLocalService(*localService),

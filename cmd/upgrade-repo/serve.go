@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,8 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
-	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
 
@@ -108,7 +107,7 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 		if err != nil {
 			return err
 		}
-		h, closer, err := openRelease(ver.Path, src.Checksum, rm, a.log, v)
+		h, closer, err := agent.OpenRelease(ver.Path, src.Checksum, rm, a.log, v)
 		if err != nil {
 			_ = closeV()
 			return err
@@ -170,57 +169,4 @@ func cacheVerifier(ver acquire.Verified, log *slog.Logger) (*chunks.Verifier, fu
 		return nil, nil, err
 	}
 	return v, f.Close, nil
-}
-
-// openRelease opens the ISO at path, indexes it and parses its metadata: what /readyz waits for.
-// With v, every byte read or served is checked first (see chunks.Verifier).
-func openRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
-	start := time.Now()
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	var ra io.ReaderAt = f
-	var checks []repo.Option
-	if v != nil {
-		ra = v
-		checks = append(checks, repo.WithRangeCheck(v.Check))
-	}
-	fsys, err := iso.Open(ra, fi.Size())
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	info := fsys.Info()
-	modTime := info.Modified
-	if modTime.IsZero() {
-		modTime = info.Created
-	}
-	if modTime.IsZero() {
-		modTime = fi.ModTime()
-	}
-	identity := sum.String()
-	if sum.IsZero() {
-		identity = fmt.Sprintf("%s/%d/%d/%d", info.VolumeID, fi.Size(), modTime.UnixNano(), fi.ModTime().UnixNano())
-	}
-	h, err := repo.New(fsys, append([]repo.Option{
-		repo.WithBackingFile(path),
-		repo.WithIdentity(identity),
-		repo.WithVolumeID(info.VolumeID),
-		repo.WithModTime(modTime),
-		repo.WithMetrics(m),
-		repo.WithLogger(log),
-	}, checks...)...)
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	log.Info("ready", "iso", path, "volumeID", info.VolumeID, "version", h.Version(),
-		"entries", h.Entries(), "took", time.Since(start).Round(time.Microsecond))
-	return h, f.Close, nil
 }

@@ -3,6 +3,8 @@
 // RequireXorriso makes sure xorriso is installed (installing Debian's package when the test runs
 // as root) or skips the test; Build turns a directory tree into an image in the test's temporary
 // directory.
+//
+// Imports: the standard library and testify; nothing of this module.
 package isotest
 
 import (

@@ -2,6 +2,8 @@
 // carries each node's HTTP address in its metadata, exchanges full directory inventories in the
 // push/pull state and relays batched directory deltas in the broadcast queue. It is the only
 // package that imports hashicorp/memberlist.
+//
+// Imports: peer and hashicorp/memberlist; nothing else of this module.
 package memberlist
 
 import (

@@ -44,13 +44,14 @@ func TestEncryptedGossip(t *testing.T) {
 	n, err := b.Join(t.Context(), []string{a.Addr()})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.NoError(t, a.dir.AddBlobs("sha256:"+string(bytes.Repeat([]byte("ab"), 32))))
+	sha := string(bytes.Repeat([]byte("ab"), 64))
+	require.NoError(t, a.dir.SetISO(peer.ISO{SHA512: sha, Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
 	deadline := time.After(20 * time.Second)
-	for len(b.dir.BlobHolders("sha256:"+string(bytes.Repeat([]byte("ab"), 32)))) == 0 {
+	for len(b.dir.ISOHolders(sha)) == 0 {
 		select {
 		case <-b.dir.Changed():
 		case <-deadline:
-			t.Fatal("the blob never reached b")
+			t.Fatal("the ISO never reached b")
 		}
 	}
 	require.Equal(t, []peer.Member{{Name: "a", Addr: "127.0.0.1:8080"}, {Name: "b", Addr: "127.0.0.1:8080"}}, b.Members())
@@ -137,14 +138,14 @@ func TestGossipBytesCounted(t *testing.T) {
 	_, err = b.Join(t.Context(), []string{a.Addr()})
 	require.NoError(t, err)
 	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("stream")), "the join's full-state exchange")
-	digest := "sha256:" + string(bytes.Repeat([]byte("cd"), 32))
-	require.NoError(t, b.dir.AddBlobs(digest))
+	digest := string(bytes.Repeat([]byte("cd"), 64))
+	require.NoError(t, b.dir.SetISO(peer.ISO{SHA512: digest, Size: 100, ChunkSize: 10, Complete: true}))
 	deadline := time.After(20 * time.Second)
-	for len(a.dir.BlobHolders(digest)) == 0 {
+	for len(a.dir.ISOHolders(digest)) == 0 {
 		select {
 		case <-a.dir.Changed():
 		case <-deadline:
-			t.Fatal("the blob never reached a")
+			t.Fatal("the ISO's entry never reached a")
 		}
 	}
 	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("packet")), "probes and the delta")

@@ -26,8 +26,8 @@ import (
 //	go test ./peer/memberlist -run '^$' -bench DirectoryScale -benchtime 1x
 //
 // Reported per size:
-//   - state_B: a member's full state (its inventory: the ISO, and the blobs of 300 image layers
-//     once preloaded), as sent in each push/pull;
+//   - state_B: a member's full state (its inventory: the ISO's chunk bitmap), as sent in each
+//     push/pull;
 //   - delta_B: the delta of one chunk more, one UDP packet's payload;
 //   - rounds_pushpull: push/pull rounds (30 s, which memberlist stretches beyond 32 members)
 //     until one member knows every member's state when no delta arrives at all: full state
@@ -41,8 +41,7 @@ import (
 //     member's bitmap at the end (churn_lag_mean_rounds, churn_lag_max_rounds, and the share of
 //     pairs 10 s or more behind, churn_lag_over_10s_%), and the rounds
 //     after the churn until those members know every member's last bitmap (churn_settle_rounds);
-//   - dir_KiB/member: the memory of one member's directory of all N members' ISO bitmaps and 300
-//     blobs each.
+//   - dir_KiB/member: the memory of one member's directory of all N members' ISO bitmaps.
 func BenchmarkDirectoryScale(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
@@ -56,7 +55,6 @@ func BenchmarkDirectoryScale(b *testing.B) {
 const (
 	simChunks     = 1536 // 6 GiB in 4 MiB chunks
 	simChunkSize  = 4 << 20
-	simBlobs      = 300
 	simGossipTo   = 3
 	simPacket     = 1400 - 2 - 29 // memberlist's UDP buffer less the compound header and encryption
 	simChurnTurns = 60
@@ -167,17 +165,11 @@ func directoryScale(b *testing.B, n int) {
 		}
 		m.node.queue.Prune(0) // lost: push/pull alone spreads the first state
 	}
-	withBlobs := peer.NewDirectory("node-with-blobs")
-	if err := withBlobs.SetISO(members[0].iso); err != nil {
+	inventory := peer.NewDirectory("node-inventory")
+	if err := inventory.SetISO(members[0].iso); err != nil {
 		b.Fatal(err)
 	}
-	for k := range simBlobs {
-		s := sha512.Sum512_256([]byte(fmt.Sprint("blob", k)))
-		if err := withBlobs.AddBlobs("sha256:" + hex.EncodeToString(s[:])); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(len(withBlobs.LocalState())), "state_B")
+	b.ReportMetric(float64(len(inventory.LocalState())), "state_B")
 
 	// Push/pull alone, from nothing known: a member learns another's inventory only in an
 	// exchange with that member itself.
@@ -252,7 +244,7 @@ func directoryScale(b *testing.B, n int) {
 	runtime.ReadMemStats(&before)
 	dir := peer.NewDirectory("observer")
 	for i := range n {
-		if err := dir.MergeState(renamed(b, withBlobs, fmt.Sprintf("node-%04d", i))); err != nil {
+		if err := dir.MergeState(renamed(b, inventory, fmt.Sprintf("node-%04d", i))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -301,9 +293,6 @@ func renamed(b *testing.B, src *peer.Directory, name string) []byte {
 		if err := d.SetISO(iso); err != nil {
 			b.Fatal(err)
 		}
-	}
-	if err := d.AddBlobs(inv.Blobs...); err != nil {
-		b.Fatal(err)
 	}
 	return d.LocalState()
 }

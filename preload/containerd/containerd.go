@@ -4,6 +4,9 @@
 //
 // It is the only package of the project that imports containerd. It works with containerd 1.6,
 // 1.7 and 2.x daemons: it uses only the content, images and leases services.
+//
+// Imports: preload and containerd's client; it alone of the module imports containerd (depguard
+// rule containerd, boundary test).
 package containerd
 
 import (

@@ -1,6 +1,8 @@
 // Package preloadtest helps test preload and its adapters: a hand-written in-memory Store and
 // builders of real image archives (docker save's classic layout and the OCI layout newer docker
 // writes, compressed with zstd) and of release bundle trees.
+//
+// Imports: preload, go-containerregistry and zstd; never containerd.
 package preloadtest
 
 import (

@@ -11,4 +11,7 @@
 // Every synthetic byte derives from Spec.Seed, so the same Spec always yields the same images, layer
 // digests, archives contents and lists. BuildTree writes the layout into a directory; Build also runs
 // xorriso to turn it into an ISO image.
+//
+// Imports: release, go-containerregistry (image archives) and zstd; never repo, peer, preload
+// or the commands.
 package pack

@@ -1,6 +1,8 @@
 // Package repoclient reads a release's metadata from where it is published: a repo server's base
 // URL (GET /v1/release, the parsed metadata as JSON), a URL of harvester-release.yaml itself, or a
 // local file.
+//
+// Imports: release, redact and HTTP; nothing of the node's side.
 package repoclient
 
 import (

@@ -2,6 +2,9 @@
 // publishes the agent's state in the RepoNode named after its node (the agent is that object's
 // only writer), and Instructions reads what the sequencer asks of the node from the UpgradePlans
 // in flight.
+//
+// Imports: api and controller-runtime's client; it is shared by the agent and the sequencer and
+// imports neither.
 package report
 
 import (
@@ -109,7 +112,14 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 	if err := r.List(ctx, &plans); err != nil {
 		return Instruction{}, fmt.Errorf("list upgrade plans: %w", err)
 	}
-	slices.SortFunc(plans.Items, func(a, b v1beta1.UpgradePlan) int {
+	return Decide(plans.Items, nodeName), nil
+}
+
+// Decide returns what the node nodeName should do given the UpgradePlans plans, as Instructions
+// does after reading them: for an agent that watches the plans and holds them in memory. plans
+// is sorted in place.
+func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
+	slices.SortFunc(plans, func(a, b v1beta1.UpgradePlan) int {
 		// A Failed plan keeps its ISO held for a retry, but a plan in flight comes first.
 		if fa, fb := a.Status.Phase == v1beta1.PhaseFailed, b.Status.Phase == v1beta1.PhaseFailed; fa != fb {
 			if fa {
@@ -123,7 +133,7 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 		return strings.Compare(a.Name, b.Name)
 	})
 	var in Instruction
-	for _, p := range plans.Items {
+	for _, p := range plans {
 		a := p.Status.Agents
 		if a == nil || !a.Hold || a.ISOURL == "" {
 			continue
@@ -139,5 +149,5 @@ func Instructions(ctx context.Context, r client.Reader, nodeName string) (Instru
 	}
 	slices.Sort(in.Held)
 	in.Held = slices.Compact(in.Held)
-	return in, nil
+	return in
 }

@@ -5,6 +5,8 @@
 // them through the labels system-upgrade-controller puts on each node it has upgraded.
 //
 // Plans are built as unstructured objects: the controller's Go types are not a dependency.
+//
+// Imports: k8s.io/api and apimachinery; never system-upgrade-controller's module.
 package suc
 
 import (

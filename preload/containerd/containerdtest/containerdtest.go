@@ -6,6 +6,8 @@
 // under a second; everything it writes stays under its directory. When the binary is missing and
 // the test runs as root, Debian's containerd package is installed first. Tests that are not run as
 // root, or on a machine still without the binary, are skipped with a message that says why.
+//
+// Imports: the standard library and testify; it runs Debian's containerd binary, not its Go client.
 package containerdtest
 
 import (

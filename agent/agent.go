@@ -1,0 +1,287 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/repo"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
+)
+
+// Config is what an agent is told to do.
+type Config struct {
+	// Node is this node's name: its name in the gossip ring and its RepoNode's.
+	Node string
+	// CacheDir is where downloaded ISOs are kept; required unless ISOFile is set.
+	CacheDir string
+	// ISOFile is a release ISO already on the node; ISOURL and ISOChecksum name one to download.
+	// With neither, the agent holds the ISOs the UpgradePlans name (Deps.Kube is then required).
+	ISOFile, ISOURL, ISOChecksum string
+	// Grace is how long in-flight requests may run once Run's context ends.
+	Grace time.Duration
+	// Settle is how long nodes starting together wait to split the origin's work (none without
+	// seeds).
+	Settle time.Duration
+	// PreloadRetry is how long the preload retries the image store while it is unavailable.
+	PreloadRetry time.Duration
+	// ReportInterval is how often the RepoNode is rewritten as a heartbeat.
+	ReportInterval time.Duration
+}
+
+// Validate reports the first setting that cannot work, or nil.
+func (c Config) Validate() error {
+	switch {
+	case c.Node == "":
+		return errors.New("the node name is required")
+	case c.ISOFile == "" && c.ISOURL != "" && c.ISOChecksum == "":
+		return errors.New("the ISO's checksum is required with its URL")
+	case c.ISOFile == "" && c.ISOURL == "" && c.ISOChecksum != "":
+		return errors.New("the ISO's URL is required with its checksum")
+	case c.ISOFile == "" && c.CacheDir == "":
+		return errors.New("a cache directory is required unless a local ISO is given")
+	case c.Grace < 0:
+		return fmt.Errorf("grace %s: want a duration of zero or more", c.Grace)
+	case c.Settle < 0:
+		return fmt.Errorf("settle %s: want a duration of zero or more", c.Settle)
+	case c.PreloadRetry < 0:
+		return fmt.Errorf("preload retry %s: want a duration of zero or more", c.PreloadRetry)
+	}
+	if c.ISOFile == "" && c.ISOURL != "" {
+		if err := acquire.CheckURL(c.ISOURL); err != nil {
+			return fmt.Errorf("ISO URL: %w", err)
+		}
+	}
+	if c.ISOChecksum != "" {
+		if _, err := peer.ParseChecksum(c.ISOChecksum); err != nil {
+			return fmt.Errorf("ISO checksum: %w", err)
+		}
+	}
+	return nil
+}
+
+// Gossip is the agent's member of the gossip ring (peer/memberlist.Node). Its methods are safe
+// for concurrent use.
+type Gossip interface {
+	peer.Membership
+	// Run gossips until ctx ends, then leaves the ring.
+	Run(ctx context.Context) error
+	// Join contacts the seeds (host[:port]) and returns how many answered.
+	Join(ctx context.Context, seeds []string) (int, error)
+	// HTTPAddr is the host:port the other members reach this node's HTTP server at.
+	HTTPAddr() string
+}
+
+// Deps are the agent's dependencies, built by the command.
+type Deps struct {
+	// Log receives every log line (required).
+	Log *slog.Logger
+	// Listener is where the HTTP server serves the repo, the peers and /v1/status (required).
+	// Run closes it.
+	Listener net.Listener
+	// Directory is the gossip directory the Gossip member carries (required).
+	Directory *peer.Directory
+	// Gossip is this node's member of the ring (required).
+	Gossip Gossip
+	// Seeds are the gossip seeds to join, again and again until one answers; none: alone.
+	Seeds []string
+	// Token is the bearer token of the ring's members (peer.Token of the gossip key); empty: open.
+	Token string
+	// Registry receives the repo's and the peers' metrics and is served as /metrics (required).
+	Registry *prometheus.Registry
+	// PeerMetrics are the peer metrics, registered on Registry (nil: none).
+	PeerMetrics *peer.Metrics
+	// Images is the node's image store the release is preloaded into; nil: no preload.
+	Images preload.Store
+	// Kube is the cluster the agent reports to and whose UpgradePlans it watches; nil: none.
+	// It must know the v1beta1 kinds.
+	Kube client.WithWatch
+}
+
+// Agent is one node's daemon. Create it with New and run it with Run, once.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	ln     net.Listener
+	gossip Gossip
+	seeds  []string
+	images preload.Store
+
+	board       *Board
+	store       *peer.Store
+	fetch       *peer.Fetcher
+	server      *repo.Server
+	repoMetrics *repo.Metrics
+	http        *http.Server
+
+	kube   client.WithWatch
+	plans  *instructions // nil without Kube
+	report *reporter     // nil without Kube
+}
+
+// New returns the agent of cfg over deps. It validates cfg and starts nothing.
+func New(cfg Config, deps Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	switch {
+	case deps.Log == nil, deps.Listener == nil, deps.Directory == nil, deps.Gossip == nil, deps.Registry == nil:
+		return nil, errors.New("new agent: the logger, listener, directory, gossip member and registry are required")
+	case cfg.ISOFile == "" && cfg.ISOURL == "" && deps.Kube == nil:
+		return nil, errors.New("new agent: without an ISO of its own, the agent follows the cluster's plans: a cluster client is required")
+	case deps.Kube != nil && cfg.ReportInterval <= 0:
+		return nil, fmt.Errorf("new agent: report interval %s: want a positive duration", cfg.ReportInterval)
+	}
+	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube}
+	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
+	a.store = peer.NewStore(deps.Directory, peer.WithStoreLogger(a.log), peer.WithOnDamage(a.damaged))
+	settle := cfg.Settle
+	if len(deps.Seeds) == 0 {
+		settle = 0 // alone by design: nobody to split the work with
+	}
+	var err error
+	a.fetch, err = peer.NewFetcher(a.log, deps.Directory, deps.Gossip, a.store, peer.WithMetrics(deps.PeerMetrics),
+		peer.WithSettle(settle), peer.WithToken(deps.Token))
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	if a.repoMetrics, err = repo.NewMetrics(deps.Registry); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
+	peers := peer.NewHandler(a.log, a.store, deps.PeerMetrics, peer.RequireToken(deps.Token))
+	mux := http.NewServeMux()
+	mux.Handle("/v1/iso/", peers)
+	mux.Handle("GET /v1/status", a.board)
+	mux.Handle("/", a.server)
+	a.http = &http.Server{Handler: repo.MergeSlashes(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if deps.Kube != nil {
+		a.plans = newInstructions()
+		w, err := report.NewWriter(deps.Kube, cfg.Node)
+		if err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+		a.report = &reporter{
+			w: w, board: a.board, plans: a.plans, url: "http://" + deps.Gossip.HTTPAddr() + "/",
+			cacheDir: cfg.CacheDir, interval: cfg.ReportInterval, look: min(time.Second, cfg.ReportInterval),
+			warn: a.log.Warn,
+		}
+	}
+	return a, nil
+}
+
+// Board returns the agent's status board.
+func (a *Agent) Board() *Board { return a.board }
+
+// Run serves, gossips, holds the ISO and reports until ctx ends, then shuts the HTTP server down
+// within the grace period. It returns nil after a shutdown that ctx asked for, else the first
+// error that stopped the agent.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.CacheDir != "" {
+		if err := os.MkdirAll(a.cfg.CacheDir, 0o755); err != nil {
+			a.ln.Close()
+			return fmt.Errorf("create cache dir: %w", err)
+		}
+	}
+	a.log.Info("agent listening", "node", a.cfg.Node, "http", a.ln.Addr().String(), "advertise", a.gossip.HTTPAddr(), "report", a.kube != nil)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := a.http.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return a.gossip.Run(gctx) })
+	g.Go(func() error { a.join(gctx); return nil })
+	if a.kube != nil {
+		// client-go's informer logs through the logger its context carries: this agent's.
+		wctx := klog.NewContext(gctx, logr.FromSlogHandler(a.log.Handler()))
+		g.Go(func() error { watchPlans(wctx, a.kube, a.cfg.Node, a.plans); return nil })
+		g.Go(func() error { a.report.run(gctx); return nil })
+	}
+	g.Go(func() error {
+		if a.cfg.ISOFile == "" && a.cfg.ISOURL == "" {
+			a.followISOs(gctx)
+			return nil
+		}
+		return a.holdGiven(gctx)
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Grace)
+		defer cancel()
+		if err := a.http.Shutdown(sctx); err != nil {
+			a.http.Close()
+			return fmt.Errorf("shutdown: in-flight requests cut after %s: %w", a.cfg.Grace, err)
+		}
+		return nil
+	})
+	err := g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// join joins the seeds, again and again until one answers: in a cluster the headless Service
+// has no other endpoint until the other agents start.
+func (a *Agent) join(ctx context.Context) {
+	if len(a.seeds) == 0 {
+		return
+	}
+	wait := time.Second
+	for {
+		n, err := a.gossip.Join(ctx, a.seeds)
+		if err == nil && (n > 0 || len(a.gossip.Members()) > 1) {
+			a.log.Info("joined the gossip ring", "contacted", n, "members", len(a.gossip.Members()))
+			return
+		}
+		if err != nil {
+			a.log.Debug("join gossip ring", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// verifier returns the chunk check of the held ISO with the given sha512, or nil.
+func (a *Agent) verifier(sha512 string) *chunks.Verifier {
+	if l, ok := a.store.ISO(sha512); ok {
+		return l.Verifier()
+	}
+	return nil
+}
+
+// damaged reports an ISO found damaged on disk while it is served: the damaged chunk is refused
+// and withdrawn from what peers are told (see peer.Store); the node reports the ISO as failed,
+// naming the chunk, until a restart verifies the file again and fetches it anew.
+func (a *Agent) damaged(sha512 string, d *chunks.DamageError) {
+	a.board.update(func(s *Status) {
+		if s.ISO.SHA512 != sha512 {
+			return
+		}
+		s.ISO.State = ISOFailed
+		s.ISO.Verified = false
+		s.Error = "the cached ISO is damaged on disk, restart the agent to fetch it again: " + d.Error()
+	})
+}

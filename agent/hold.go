@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
+)
+
+// wanted is an ISO the agent is to hold: a local file, or a download of url.
+type wanted struct {
+	file string
+	url  string
+	// sha512 is the digest in hex; empty for a local file given without a checksum.
+	sha512 string
+}
+
+// holdGiven gets and serves the ISO named in the configuration and preloads it (once a plan lets
+// this node, when following the cluster). The ISO is never dropped: the operator chose it.
+func (a *Agent) holdGiven(ctx context.Context) error {
+	w := wanted{file: a.cfg.ISOFile, url: a.cfg.ISOURL}
+	if a.cfg.ISOChecksum != "" {
+		w.sha512, _ = peer.ParseChecksum(a.cfg.ISOChecksum)
+	}
+	path, sum, err := a.acquireISO(ctx, w)
+	if err != nil {
+		a.board.failed(err.Error())
+		return err
+	}
+	closer, err := a.serveISO(path, sum)
+	if err != nil {
+		a.board.failed(err.Error())
+		return err
+	}
+	defer func() { _ = closer() }()
+	if err := a.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// followISOs holds, one after the other, the ISOs the UpgradePlans ask for: it waits for a plan
+// to name one, gets it, serves it, preloads it when allowed, and drops it once no plan holds it.
+func (a *Agent) followISOs(ctx context.Context) {
+	for {
+		in, err := a.plans.wait(ctx, func(in report.Instruction) bool { return in.ISOURL != "" })
+		if err != nil {
+			return // the agent is stopping
+		}
+		var msg string
+		hex, err := peer.ParseChecksum(in.ISOChecksum)
+		if err != nil {
+			msg = fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, redact.URL(in.ISOURL), err)
+		} else if err = acquire.CheckURL(in.ISOURL); err != nil {
+			// An origin that is not http(s) would be retried for ever.
+			msg = fmt.Sprintf("plan %s names an unusable ISO origin: %v", in.Plan, err)
+		}
+		if err != nil {
+			a.log.Error("follow upgrade plan", "plan", in.Plan, "url", redact.URL(in.ISOURL), "err", err)
+			a.board.plan(in.Plan, in.ISOChecksum)
+			a.board.update(func(s *Status) { s.ISO, s.Error = ISOStatus{State: ISOFailed}, msg })
+			if _, err := a.plans.wait(ctx, func(x report.Instruction) bool { return x.ISOChecksum != in.ISOChecksum || x.ISOURL != in.ISOURL }); err != nil {
+				return // the agent is stopping
+			}
+			a.board.reset()
+			continue
+		}
+		a.holdPlanned(ctx, in, hex)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// holdPlanned gets, serves and (when allowed) preloads the ISO of in, and returns once no plan
+// holds it any more, or ctx ends; then it drops the ISO from the cache unless ctx ended.
+func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex string) {
+	hctx, release := context.WithCancel(ctx)
+	defer release()
+	go func() {
+		// Released only on a read of the plans that no longer lists the ISO: an API server that
+		// cannot be reached never makes the agent drop what a plan may still need.
+		_, err := a.plans.wait(hctx, func(x report.Instruction) bool { return !heldBy(x, hex) })
+		if err == nil {
+			release()
+		}
+	}()
+	a.log.Info("holding the ISO of an upgrade plan", "plan", in.Plan, "url", redact.URL(in.ISOURL), "sha512", hex)
+	a.board.plan(in.Plan, in.ISOChecksum)
+	path, sum, err := a.acquireISO(hctx, wanted{url: in.ISOURL, sha512: hex})
+	if err == nil {
+		closer, err := a.serveISO(path, sum)
+		if err != nil {
+			a.log.Error("open the ISO of an upgrade plan", "plan", in.Plan, "err", err)
+			a.board.failed(err.Error())
+		} else {
+			_ = a.preloadWhenAllowed(hctx, path, hex)
+			<-hctx.Done()
+			a.server.SetHandler(nil)
+			_ = closer()
+		}
+	}
+	<-hctx.Done()
+	if ctx.Err() != nil {
+		return
+	}
+	a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
+	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
+		a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
+	}
+	a.board.reset()
+}
+
+// heldBy reports whether a plan of in still holds the ISO with the sha512 hex.
+func heldBy(in report.Instruction, hex string) bool {
+	for _, h := range in.Held {
+		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+			return true
+		}
+	}
+	return false
+}
+
+// acquireISO gets the verified ISO: a local file, or a fetch from peers and the origin, retried
+// until it succeeds or ctx ends.
+func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Checksum, error) {
+	if w.file != "" {
+		if w.sha512 == "" {
+			s, err := acquire.Sum(ctx, w.file, nil)
+			if err != nil {
+				return "", acquire.Checksum{}, err
+			}
+			w.sha512 = s.Hex()
+		}
+		sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
+		a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOVerifying })
+		l, err := a.store.AddComplete(w.file, w.sha512, peer.DefaultChunkSize)
+		if err != nil {
+			return "", sum, err
+		}
+		a.board.update(func(s *Status) {
+			s.ISO.State = ISOVerified
+			s.ISO.Progress = peer.Progress{Size: l.Size(), Held: l.Size(), Verified: true}
+		})
+		return w.file, sum, nil
+	}
+	sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
+	req := peer.Request{SHA512: w.sha512, OriginURL: w.url, Path: filepath.Join(a.cfg.CacheDir, w.sha512+".iso")}
+	a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOFetching })
+	wait := time.Second
+	for {
+		l, err := a.fetch.Fetch(ctx, req, func(p peer.Progress) { a.board.update(func(s *Status) { s.ISO.Progress = p }) })
+		if err == nil {
+			a.board.update(func(s *Status) { s.ISO.State, s.Error = ISOVerified, "" })
+			return l.Path(), sum, nil
+		}
+		if ctx.Err() != nil {
+			return "", sum, ctx.Err()
+		}
+		a.log.Warn("fetch ISO, retrying", "err", err, "in", wait)
+		a.board.update(func(s *Status) { s.Error = err.Error() })
+		select {
+		case <-ctx.Done():
+			return "", sum, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Minute)
+	}
+}
+
+// serveISO opens the verified ISO at path and makes the repo serve it, every byte checked against
+// the chunk digests the store verified; it returns what closes it.
+func (a *Agent) serveISO(path string, sum acquire.Checksum) (func() error, error) {
+	var v = a.verifier(sum.Hex())
+	h, closer, err := OpenRelease(path, sum, a.repoMetrics, a.log, v)
+	if err != nil {
+		return nil, err
+	}
+	a.server.SetHandler(h)
+	a.board.update(func(s *Status) { s.Ready = true })
+	return closer, nil
+}
+
+// preloadWhenAllowed preloads the ISO at path, at once without a cluster, else once a plan that
+// holds this ISO lists the node. It returns only ctx's error.
+func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) error {
+	if a.images == nil {
+		return nil
+	}
+	if a.plans != nil {
+		allowed := func(in report.Instruction) bool {
+			x, err := peer.ParseChecksum(in.ISOChecksum)
+			return in.Preload && err == nil && x == hex
+		}
+		if _, err := a.plans.wait(ctx, allowed); err != nil {
+			return err
+		}
+	}
+	a.preload(ctx, path)
+	return ctx.Err()
+}
+
+// preload imports the release's images from the local ISO into the image store. A failure is
+// logged and left in the status for the sequencer: the repo keeps serving.
+func (a *Agent) preload(ctx context.Context, path string) {
+	err := func() error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		fsys, err := iso.Open(f, st.Size())
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		p, err := preload.New(a.images, []preload.Source{preload.NewFSSource("iso", fsys)},
+			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()), preload.WithRetry(a.cfg.PreloadRetry, 0))
+		if err != nil {
+			return err
+		}
+		a.board.preloading(p, nil)
+		_, _, err = p.Run(ctx, fs.FS(fsys))
+		return err
+	}()
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("preload images", "err", err)
+		a.board.preloading(nil, err)
+	}
+}

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
+)
+
+// StatusWriter publishes the node's RepoNode status; report.Writer is the one the agent uses.
+// Write must be safe for concurrent use and return when ctx ends.
+type StatusWriter interface {
+	Write(ctx context.Context, st v1beta1.RepoNodeStatus) error
+}
+
+var _ StatusWriter = (*report.Writer)(nil)
+
+// reporter writes the board to the node's RepoNode: at once when its state changes, and every
+// interval otherwise (progress and heartbeat).
+type reporter struct {
+	w        StatusWriter
+	board    *Board
+	plans    *instructions
+	url      string // the node's repo base URL
+	cacheDir string
+	interval time.Duration
+	// look is how often the board is looked at for a change of state.
+	look time.Duration
+	warn func(msg string, args ...any)
+
+	last   v1beta1.RepoNodeStatus
+	lastAt time.Time
+}
+
+// run reports until ctx ends. The first report waits for the first read of the plans, so that
+// what the node reports is measured against what the plans ask.
+func (r *reporter) run(ctx context.Context) {
+	if _, err := r.plans.wait(ctx, func(report.Instruction) bool { return true }); err != nil {
+		return
+	}
+	lastErr := ""
+	for {
+		// Taken before the report, so that an instruction changed while it is written is seen.
+		changed := r.plans.changes()
+		if err := r.once(ctx, time.Now()); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if err.Error() != lastErr {
+				r.warn("write the node report", "err", err)
+			}
+			lastErr = err.Error()
+		} else {
+			lastErr = ""
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			// What the plans ask changes how the state is written (the checksum as the plan
+			// writes it): the sequencer hears of it at once.
+		case <-r.board.changes():
+			// A change of state goes out at once; progress alone waits for the heartbeat.
+		case <-time.After(r.look):
+		}
+	}
+}
+
+// once writes the report when its state changed since the last write, or the interval passed.
+func (r *reporter) once(ctx context.Context, now time.Time) error {
+	st := r.board.RepoNode(r.url)
+	st.ISO.Checksum = r.asPlanWrites(st.ISO.Checksum)
+	st.Cache = cacheUsage(r.cacheDir)
+	if sameState(st, r.last) && now.Sub(r.lastAt) < r.interval {
+		return nil
+	}
+	if err := r.w.Write(ctx, st); err != nil {
+		return err
+	}
+	r.last, r.lastAt = st, now
+	return nil
+}
+
+// asPlanWrites returns the ISO checksum sum written as the plans write it, when one of them holds
+// that ISO: the sequencer compares the strings, and a plan may write "sha512:HEX" or HEX.
+func (r *reporter) asPlanWrites(sum string) string {
+	hex, err := peer.ParseChecksum(sum)
+	if err != nil {
+		return sum
+	}
+	in, _ := r.plans.current()
+	for _, h := range append([]string{in.ISOChecksum}, in.Held...) {
+		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+			return h
+		}
+	}
+	return sum
+}
+
+// cacheUsage reports the free and total space of dir's file system, for the sequencer's
+// pre-flight check; zero when dir is empty or cannot be read.
+func cacheUsage(dir string) v1beta1.RepoNodeCache {
+	if dir == "" {
+		return v1beta1.RepoNodeCache{}
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return v1beta1.RepoNodeCache{Path: dir}
+	}
+	bs := int64(fs.Bsize) //nolint:unconvert // Bsize is not int64 on every platform.
+	return v1beta1.RepoNodeCache{Path: dir, FreeBytes: int64(fs.Bavail) * bs, TotalBytes: int64(fs.Blocks) * bs}
+}
+
+// sameState reports whether two reports differ at most in progress counts.
+func sameState(a, b v1beta1.RepoNodeStatus) bool {
+	return a.ISO.Checksum == b.ISO.Checksum && a.ISO.State == b.ISO.State && a.ISO.Message == b.ISO.Message &&
+		a.Repo == b.Repo && a.Preload.State == b.Preload.State && a.Preload.Reason == b.Preload.Reason &&
+		a.Preload.Message == b.Preload.Message
+}
