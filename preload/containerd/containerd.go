@@ -57,6 +57,11 @@ type Store struct {
 	log    *slog.Logger
 	expiry time.Duration
 
+	// direct is the daemon's content directory when this process can write blobs into it
+	// (see ingest.go), nil when imports stream every blob through the content service.
+	direct       *directIngest
+	directIngest bool
+
 	mu sync.Mutex
 	// stale are the leases of failed imports that could not be deleted (the daemon was down):
 	// the next import deletes them, so that their content is collected.
@@ -78,9 +83,14 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 // it (default DefaultLeaseExpiry). An import must finish within it.
 func WithLeaseExpiry(d time.Duration) Option { return func(s *Store) { s.expiry = d } }
 
+// WithDirectIngest sets whether imports write blobs straight into the daemon's content directory
+// when this process can (default true; see the package's direct ingest). Without it, or when the
+// directory is out of reach, every blob is sent through containerd's content service.
+func WithDirectIngest(on bool) Option { return func(s *Store) { s.directIngest = on } }
+
 // New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
-	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry}
+	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry, directIngest: true}
 	for _, o := range opts {
 		o(s)
 	}
@@ -99,8 +109,41 @@ func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("containerd at %s: version: %w", socket, classify(err))
 	}
 	s.client = c
+	if s.directIngest {
+		s.direct = s.findContentDir(ctx)
+	}
 	return s, nil
 }
+
+// findContentDir returns direct ingest into the content directory the daemon reports, or nil,
+// logging why, when this process cannot write there.
+func (s *Store) findContentDir(ctx context.Context) *directIngest {
+	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+contentPluginType, "id==content")
+	if err != nil {
+		s.log.Info("direct ingest off: cannot ask containerd for its content directory", "err", err)
+		return nil
+	}
+	for _, p := range resp.GetPlugins() {
+		root := p.GetExports()["root"]
+		d, err := newDirectIngest(root)
+		if err != nil {
+			s.log.Info("direct ingest off: content directory out of reach", "dir", root, "err", err)
+			return nil
+		}
+		d.removeStale()
+		s.log.Debug("direct ingest on", "dir", root)
+		return d
+	}
+	s.log.Info("direct ingest off: containerd reports no local content store")
+	return nil
+}
+
+// contentPluginType is the plugin type of containerd's content store.
+const contentPluginType = "io.containerd.content.v1"
+
+// DirectIngest reports whether imports currently write blobs straight into the daemon's content
+// directory.
+func (s *Store) DirectIngest() bool { return s.direct != nil && s.direct.enabled() }
 
 // Close closes the connection to the daemon.
 func (s *Store) Close() error { return s.client.Close() }
@@ -277,8 +320,14 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	}()
 	ctx = leases.WithLease(ctx, l.ID)
 	cs := s.client.ContentStore()
+	ics := cs
+	if s.DirectIngest() {
+		ics = &ingestStore{Store: cs, d: s.direct, onFail: func(err error) {
+			s.log.Warn("direct ingest off, streaming blobs through containerd", "err", err)
+		}}
+	}
 
-	index, err := archive.ImportIndex(ctx, cs, r)
+	index, err := archive.ImportIndex(ctx, ics, r)
 	if err != nil {
 		return nil, fmt.Errorf("read archive: %w", s.classifyWrite(ctx, err))
 	}

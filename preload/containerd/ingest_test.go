@@ -1,0 +1,111 @@
+package containerd
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
+)
+
+func TestDirectIngestRealContainerd(t *testing.T) {
+	d := containerdtest.Start(t)
+	rel := newRelease(t)
+	contentRoot := filepath.Join(d.Root, "io.containerd.content.v1.content")
+
+	// Every blob of the imported images is in the namespace, reads back with its digest and is a
+	// file under the content root; no temporary file is left.
+	checkImported := func(t *testing.T, s *Store, refs []string) {
+		t.Helper()
+		missing, err := s.Missing(t.Context(), refs)
+		require.NoError(t, err)
+		require.Empty(t, missing)
+		ctx := namespaces.WithNamespace(t.Context(), s.ns)
+		n := 0
+		require.NoError(t, s.client.ContentStore().Walk(ctx, func(i content.Info) error {
+			n++
+			ra, err := s.client.ContentStore().ReaderAt(ctx, descOf(i))
+			require.NoError(t, err)
+			defer ra.Close()
+			got, err := digest.FromReader(content.NewReader(ra))
+			require.NoError(t, err)
+			require.Equal(t, i.Digest, got)
+			_, err = os.Stat(filepath.Join(contentRoot, "blobs", "sha256", i.Digest.Encoded()))
+			require.NoError(t, err)
+			return nil
+		}))
+		require.Positive(t, n)
+		left, err := os.ReadDir(filepath.Join(contentRoot, ingestDirName))
+		if !os.IsNotExist(err) {
+			require.NoError(t, err)
+		}
+		require.Empty(t, left, "temporary files left")
+	}
+
+	t.Run("a content directory containerd does not see falls back to streaming", func(t *testing.T) {
+		// Not parallel, so that it runs first: containerd must not hold these blobs yet.
+		s := newStore(t, d.Socket)
+		elsewhere, err := newDirectIngest(t.TempDir())
+		require.NoError(t, err)
+		s.direct = elsewhere
+		names, err := s.Import(t.Context(), zstdReader(t, rel.docker.Data))
+		require.NoError(t, err)
+		require.ElementsMatch(t, rel.docker.Refs, names)
+		require.False(t, s.DirectIngest(), "direct ingest kept although containerd did not see its blobs")
+		missing, err := s.Missing(t.Context(), rel.docker.Refs)
+		require.NoError(t, err)
+		require.Empty(t, missing)
+	})
+
+	t.Run("blobs are written beside containerd and committed through it", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, d.Socket)
+		require.True(t, s.DirectIngest())
+		require.Equal(t, contentRoot, s.direct.root)
+		for _, a := range [][]byte{rel.docker.Data, rel.oci.Data} {
+			_, err := s.Import(t.Context(), zstdReader(t, a))
+			require.NoError(t, err)
+		}
+		require.True(t, s.DirectIngest(), "direct ingest was given up")
+		checkImported(t, s, append(append([]string(nil), rel.docker.Refs...), rel.oci.Refs...))
+	})
+
+	t.Run("off when asked", func(t *testing.T) {
+		t.Parallel()
+		s, err := New(t.Context(), d.Socket, WithNamespace("off"), WithDirectIngest(false))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		require.False(t, s.DirectIngest())
+		names, err := s.Import(t.Context(), zstdReader(t, rel.oci.Data))
+		require.NoError(t, err)
+		require.ElementsMatch(t, rel.oci.Refs, names)
+	})
+}
+
+func TestNewDirectIngestRejects(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for _, tc := range []struct{ name, root string }{
+		{"empty", ""},
+		{"relative", "var/lib/containerd"},
+		{"missing", filepath.Join(t.TempDir(), "missing")},
+		{"a file", file},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := newDirectIngest(tc.root)
+			require.Error(t, err)
+		})
+	}
+}
+
+func descOf(i content.Info) ocispec.Descriptor {
+	return ocispec.Descriptor{Digest: i.Digest, Size: i.Size}
+}
