@@ -61,6 +61,7 @@ type Store struct {
 	// (see ingest.go), nil when imports stream every blob through the content service.
 	direct       *directIngest
 	directIngest bool
+	snapshotter  string
 
 	mu sync.Mutex
 	// stale are the leases of failed imports that could not be deleted (the daemon was down):
@@ -87,6 +88,16 @@ func WithLeaseExpiry(d time.Duration) Option { return func(s *Store) { s.expiry 
 // when this process can (default true; see the package's direct ingest). Without it, or when the
 // directory is out of reach, every blob is sent through containerd's content service.
 func WithDirectIngest(on bool) Option { return func(s *Store) { s.directIngest = on } }
+
+// DefaultSnapshotter is the snapshotter the CRI plugin unpacks images into unless configured
+// otherwise, RKE2's and k3s's included.
+const DefaultSnapshotter = "overlayfs"
+
+// WithUnpack makes every import also unpack the images it imports for this host's platform into
+// the named snapshotter (the CRI plugin's, DefaultSnapshotter unless configured otherwise), so
+// that their first container starts without unpacking. Images whose archive holds no manifest
+// for this host's platform are imported but not unpacked. Empty (the default) unpacks nothing.
+func WithUnpack(snapshotter string) Option { return func(s *Store) { s.snapshotter = snapshotter } }
 
 // New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
@@ -339,6 +350,12 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	if err != nil {
 		return nil, err
 	}
+	// Unpacked before the images exist, under the same lease: a failed unpack leaves nothing.
+	for _, img := range imgs {
+		if err := s.unpack(ctx, img); err != nil {
+			return nil, fmt.Errorf("unpack %s into %s: %w", img.Name, s.snapshotter, classify(err))
+		}
+	}
 	is := s.client.ImageService()
 	for _, img := range imgs {
 		img.Labels = map[string]string{criLabel: "managed"}
@@ -353,6 +370,23 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// unpack unpacks img into the store's snapshotter, when it has one and the image a manifest for
+// this host's platform.
+func (s *Store) unpack(ctx context.Context, img images.Image) error {
+	if s.snapshotter == "" {
+		return nil
+	}
+	host := platforms.Default()
+	if _, err := images.Manifest(ctx, s.client.ContentStore(), img.Target, host); err != nil {
+		if errdefs.IsNotFound(err) {
+			s.log.Debug("not unpacked: no manifest for this platform", "image", img.Name)
+			return nil
+		}
+		return err
+	}
+	return client.NewImageWithPlatform(s.client, img, host).Unpack(ctx, s.snapshotter)
 }
 
 // deleteStale deletes the leases earlier imports could not delete, keeping those that still
