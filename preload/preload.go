@@ -304,17 +304,23 @@ type countingReader struct {
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
-	if c.limit != nil {
-		// Ask for what may be read before reading it, so the store never gets ahead of the rate.
-		if b := c.limit.Burst(); len(p) > b {
-			p = p[:b]
-		}
-		if err := c.limit.WaitN(c.ctx, len(p)); err != nil {
-			return 0, err
-		}
+	if c.limit == nil {
+		n, err := c.r.Read(p)
+		c.n += int64(n)
+		return n, err
+	}
+	// Wait for what was read, after reading it: a read may return much less than asked for, and
+	// the store gets at most one read (a burst) ahead of the rate.
+	if b := c.limit.Burst(); len(p) > b {
+		p = p[:b]
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if n > 0 {
+		if werr := c.limit.WaitN(c.ctx, n); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	return n, err
 }
 
