@@ -1,9 +1,12 @@
 // Package containerd is the preload.Store over a containerd daemon: it checks which images are
 // present with complete content and imports docker-save archives through containerd's Go client,
-// in-process, under a lease so that a failed import leaves nothing referenced.
+// in-process, under a lease so that a failed import leaves nothing referenced. It writes the
+// archives' blobs straight into the daemon's content directory when it can (see ingest.go) and
+// can unpack the imported images into a snapshotter.
 //
 // It is the only package of the project that imports containerd. It works with containerd 1.6,
-// 1.7 and 2.x daemons: it uses only the content, images and leases services.
+// 1.7 and 2.x daemons: it uses the content, images, leases and introspection services, and for
+// unpacking the snapshots and diff services.
 package containerd
 
 import (
