@@ -199,9 +199,11 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 	for range 2 {
 		free <- make([]byte, copyBuffer)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, exited := make(chan struct{}), make(chan struct{})
+	// The reader must be done with r before ReadFrom returns: the caller closes what r reads.
+	defer func() { close(stop); <-exited }()
 	go func() {
+		defer close(exited)
 		for {
 			var b []byte
 			select {

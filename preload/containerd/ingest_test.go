@@ -1,9 +1,13 @@
 package containerd
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/iotest"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -108,4 +112,51 @@ func TestNewDirectIngestRejects(t *testing.T) {
 
 func descOf(i content.Info) ocispec.Descriptor {
 	return ocispec.Descriptor{Digest: i.Digest, Size: i.Size}
+}
+
+func TestFileWriterReadFrom(t *testing.T) {
+	t.Parallel()
+	data := make([]byte, 3*copyBuffer+12345)
+	for i := range data {
+		data[i] = byte(i * 7 / 5)
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name    string
+		r       io.Reader
+		want    []byte
+		wantErr error
+	}{
+		{"whole", bytes.NewReader(data), data, nil},
+		{"empty", bytes.NewReader(nil), []byte{}, nil},
+		{"read error midway", io.MultiReader(bytes.NewReader(data[:copyBuffer+5]), iotest.ErrReader(boom)), nil, boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d, err := newDirectIngest(t.TempDir())
+			require.NoError(t, err)
+			cw, err := (&ingestStore{d: d}).Writer(t.Context(), content.WithRef(archiveRefPrefix+"x"))
+			require.NoError(t, err)
+			w := cw.(*fileWriter)
+			n, err := w.ReadFrom(tc.r)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				require.NoError(t, w.Close())
+				left, err := os.ReadDir(d.tmp)
+				require.NoError(t, err)
+				require.Empty(t, left)
+				return
+			}
+			require.NoError(t, err)
+			written, err := os.ReadFile(w.f.Name())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, written)
+			require.Equal(t, int64(len(tc.want)), n)
+			require.Equal(t, digest.FromBytes(tc.want), w.Digest())
+			st, err := w.Status()
+			require.NoError(t, err)
+			require.Equal(t, n, st.Offset)
+			require.NoError(t, w.Close())
+		})
+	}
 }
