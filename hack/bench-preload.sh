@@ -20,13 +20,13 @@
 # preload --unpack=false then the first container of every image (ctr containers create, which
 # unpacks into overlayfs), and preload --unpack then the same creates; and once, the throttle:
 # preload with --max-bytes-per-second BENCH_THROTTLE_MB MiB/s and --nice 19 beside a CPU-bound
-# workload (sha256sum of BENCH_WORK_MB MiB), against the workload alone and beside an unthrottled
+# workload (sha256sum of BENCH_WORK_MB MiB on every core), against the workload alone and beside an unthrottled
 # preload. Ends with name=value lines.
 #
 # Knobs: BENCH_SCENARIOS ("node one split"), BENCH_NODE_MB (1100), BENCH_IMAGES (6),
 # BENCH_BASE_MB (200), BENCH_MID_MB (100), BENCH_OWN_MB (40), BENCH_SPLIT (3),
 # BENCH_CONCURRENCY (2, the command's default), BENCH_ROUNDS (3), BENCH_THROTTLE_MB (100),
-# BENCH_WORK_MB (3072), BIN (bin/upgrade-repo).
+# BENCH_WORK_MB (2048), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/upgrade-repo}
@@ -39,7 +39,7 @@ SPLIT=${BENCH_SPLIT:-3}
 SCENARIOS=${BENCH_SCENARIOS:-node one split}
 NODE_MB=${BENCH_NODE_MB:-1100}
 THROTTLE_MB=${BENCH_THROTTLE_MB:-100}
-WORK_MB=${BENCH_WORK_MB:-3072}
+WORK_MB=${BENCH_WORK_MB:-2048}
 CONCURRENCY=${BENCH_CONCURRENCY:-2}
 ROUNDS=${BENCH_ROUNDS:-3}
 if [ "$(id -u)" -ne 0 ]; then echo "bench-preload: needs root (it starts containerd)" >&2; exit 1; fi
@@ -216,11 +216,13 @@ run_preload() {
   fi
   stop_containerd
 }
-# workload: the CPU-bound neighbour of the throttle test; prints its seconds.
+# workload: the CPU-bound neighbour of the throttle test, one sha256sum of BENCH_WORK_MB MiB per
+# core, all at once; prints its seconds.
 workload() {
-  local t0 t1
+  local t0 t1 i pids=()
   t0=$(now)
-  head -c "$((WORK_MB << 20))" /dev/zero | sha256sum >/dev/null
+  for i in $(seq 1 "$(nproc)"); do head -c "$((WORK_MB << 20))" /dev/zero | sha256sum >/dev/null & pids+=($!); done
+  wait "${pids[@]}"
   t1=$(now)
   elapsed "$t0" "$t1"
 }
@@ -332,7 +334,7 @@ EOF2
     read -r b_pre b_cpu b_work <"$work/$s.beside"
     read -r t_pre t_cpu t_work <"$work/$s.throttled"
     cat <<EOF2
-  throttle: workload (sha256sum of $WORK_MB MiB) alone ${alone}s; beside preload ${b_work}s (preload ${b_pre}s, CPU ${b_cpu}s);
+  throttle: workload (sha256sum of $WORK_MB MiB on each of $(nproc) cores) alone ${alone}s; beside preload ${b_work}s (preload ${b_pre}s, CPU ${b_cpu}s);
             beside preload --max-bytes-per-second $((THROTTLE_MB << 20)) --nice 19 ${t_work}s (preload ${t_pre}s, CPU ${t_cpu}s, $(mbps "$tarbytes" "$t_pre") MiB/s of tar)
 EOF2
     lines+=(
