@@ -366,7 +366,12 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 			if !errdefs.IsNotFound(err) {
 				return names, fmt.Errorf("update image %s: %w", img.Name, classify(err))
 			}
-			if _, err := is.Create(ctx, img); err != nil {
+			_, err := is.Create(ctx, img)
+			if errdefs.IsAlreadyExists(err) {
+				// Created by a concurrent import of the same image in between.
+				_, err = is.Update(ctx, img, "target", "labels."+criLabel)
+			}
+			if err != nil {
 				return names, fmt.Errorf("create image %s: %w", img.Name, classify(err))
 			}
 		}

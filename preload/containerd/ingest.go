@@ -42,7 +42,9 @@ import (
 //     leaves an unreferenced blob that containerd's garbage collector removes;
 //   - when containerd does not find the blob at the commit (another mount namespace, a path that
 //     differs, its garbage collector removed it first), the blob is sent through the content
-//     service from the temporary file as before, and containerd hashes it.
+//     service from the temporary file as before, and containerd hashes it;
+//   - when its garbage collector removes the blob after containerd found it and before the commit
+//     recorded it, the link is made again after the commit, from the temporary file.
 
 // ingestDirName is the directory, inside the daemon's content root, of the temporary files of
 // direct ingest. containerd itself only reads blobs/ and ingest/ there.
@@ -305,11 +307,23 @@ func (w *fileWriter) Commit(ctx context.Context, size int64, expected digest.Dig
 	default:
 		return fmt.Errorf("direct ingest: link %s: %w", dgst, err)
 	}
-	err := w.register(ctx, dgst, opts...)
-	if err == nil {
-		w.done = true
+	if err := w.register(ctx, dgst, opts...); err != nil {
+		return err
 	}
-	return err
+	// containerd's garbage collector removes backend blobs that no namespace references: between
+	// the link and the commit it may have removed this one. Now that the namespace references it,
+	// the collector leaves it alone, so a missing link is made again from the temporary file; no
+	// image references the blob before the import ends.
+	if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+		if err := os.Link(w.f.Name(), target); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("direct ingest: link %s again: %w", dgst, err)
+		}
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("direct ingest: %w", err)
+		}
+	}
+	w.done = true
+	return nil
 }
 
 // register commits the blob through the daemon: without sending it when containerd finds it in

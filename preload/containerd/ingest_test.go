@@ -53,7 +53,7 @@ func TestDirectIngestRealContainerd(t *testing.T) {
 	}
 
 	t.Run("a content directory containerd does not see falls back to streaming", func(t *testing.T) {
-		// Not parallel, so that it runs first: containerd must not hold these blobs yet.
+		// First: containerd must not hold these blobs yet.
 		s := newStore(t, d.Socket)
 		elsewhere, err := newDirectIngest(t.TempDir())
 		require.NoError(t, err)
@@ -67,8 +67,8 @@ func TestDirectIngestRealContainerd(t *testing.T) {
 		require.Empty(t, missing)
 	})
 
+	// The subtests run one after the other: they check the content root's temporary files.
 	t.Run("blobs are written beside containerd and committed through it", func(t *testing.T) {
-		t.Parallel()
 		s := newStore(t, d.Socket)
 		require.True(t, s.DirectIngest())
 		require.Equal(t, contentRoot, s.direct.root)
@@ -80,8 +80,22 @@ func TestDirectIngestRealContainerd(t *testing.T) {
 		checkImported(t, s, append(append([]string(nil), rel.docker.Refs...), rel.oci.Refs...))
 	})
 
+	t.Run("two imports of the same blobs at once both succeed", func(t *testing.T) {
+		s := newStore(t, d.Socket)
+		errs := make(chan error, 2)
+		for _, r := range []io.Reader{zstdReader(t, rel.docker.Data), zstdReader(t, rel.docker.Data)} {
+			go func() {
+				_, err := s.Import(t.Context(), r)
+				errs <- err
+			}()
+		}
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		require.True(t, s.DirectIngest())
+		checkImported(t, s, rel.docker.Refs)
+	})
+
 	t.Run("off when asked", func(t *testing.T) {
-		t.Parallel()
 		s, err := New(t.Context(), d.Socket, WithNamespace("off"), WithDirectIngest(false))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
