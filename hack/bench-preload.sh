@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# bench-preload.sh: upgrade-repo preload against the current upgrade script's pipeline,
-# `zstdcat ARCHIVE | ctr -n k8s.io images import --no-unpack -`, side by side in one run, each
-# into a fresh containerd (Debian's, with its own root and socket).
+# bench-preload.sh: upgrade-repo preload against the upgrade script's pipeline,
+# `zstdcat ARCHIVE | ctr -n k8s.io images import --no-unpack -` (archive after archive), and against
+# the floor (zstd decode of every archive to a file on the same disk, synced), side by side in one
+# run, each import into a fresh containerd (Debian's, with its own root and socket).
 #
-# Two releases are generated once into .cache/bench-preload and packed into ISOs:
+# Releases are generated once into .cache/bench-preload and packed into ISOs:
+#   node:  shaped like a real release: one archive of one image of >= 1 GiB of tar in large base
+#          layers (BENCH_NODE_MB, split 64/27/9% over three layers) beside a small archive of four
+#          images;
 #   one:   one archive of >= 500 MB holding several images that share layers;
 #   split: as many bytes in BENCH_SPLIT archives, which the pipeline imports one after the other
 #          (as the upgrade script does) and preload BENCH_CONCURRENCY at a time.
-# Each side runs BENCH_ROUNDS times in alternating order; the fastest run of each counts (the
-# machine is shared), peak RSS is the largest seen. Reports cold import time for both and their
-# ratio, CPU time, the warm re-run time and peak RSS, ending with name=value lines.
+# Layer data compresses to about 90% with zstd -3 (mostly random), so reading and writing, not
+# decoding, dominate. Each side runs BENCH_ROUNDS times in alternating order; the fastest run of
+# each counts (the machine is shared), peak RSS is the largest seen. Preload runs with
+# --unpack=false against the pipeline's --no-unpack.
 #
-# Knobs: BENCH_IMAGES (6), BENCH_BASE_MB (200), BENCH_MID_MB (100), BENCH_OWN_MB (40),
-# BENCH_SPLIT (3, 0 skips that release), BENCH_CONCURRENCY (2, the command's default),
-# BENCH_ROUNDS (3), BIN (bin/upgrade-repo).
+# On the node release it also measures, per round, the upgrade's whole image cost both ways:
+# preload --unpack=false then the first container of every image (ctr containers create, which
+# unpacks into overlayfs), and preload --unpack then the same creates; and once, the throttle:
+# preload with --max-bytes-per-second BENCH_THROTTLE_MB MiB/s and --nice 19 beside a CPU-bound
+# workload (sha256sum of BENCH_WORK_MB MiB on every core), against the workload alone and beside an unthrottled
+# preload. Ends with name=value lines.
+#
+# Knobs: BENCH_SCENARIOS ("node one split"), BENCH_NODE_MB (1100), BENCH_IMAGES (6),
+# BENCH_BASE_MB (200), BENCH_MID_MB (100), BENCH_OWN_MB (40), BENCH_SPLIT (3),
+# BENCH_CONCURRENCY (2, the command's default), BENCH_ROUNDS (3), BENCH_THROTTLE_MB (100),
+# BENCH_WORK_MB (2048), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/upgrade-repo}
@@ -23,28 +36,35 @@ BASE_MB=${BENCH_BASE_MB:-200}
 MID_MB=${BENCH_MID_MB:-100}
 OWN_MB=${BENCH_OWN_MB:-40}
 SPLIT=${BENCH_SPLIT:-3}
+SCENARIOS=${BENCH_SCENARIOS:-node one split}
+NODE_MB=${BENCH_NODE_MB:-1100}
+THROTTLE_MB=${BENCH_THROTTLE_MB:-100}
+WORK_MB=${BENCH_WORK_MB:-2048}
 CONCURRENCY=${BENCH_CONCURRENCY:-2}
 ROUNDS=${BENCH_ROUNDS:-3}
 if [ "$(id -u)" -ne 0 ]; then echo "bench-preload: needs root (it starts containerd)" >&2; exit 1; fi
-for tool in containerd ctr zstd zstdcat xorriso /usr/bin/time; do
+for tool in containerd ctr zstd zstdcat xorriso sha256sum /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "bench-preload: $tool missing (make deps)" >&2; exit 1; }
 done
 [ -x "$BIN" ] || { echo "bench-preload: $BIN missing (make build)" >&2; exit 1; }
 mkdir -p "$CACHE"
 
-# make_release DIR ISO N IMAGES BASE MID OWN: a release of N archives (seeds 0..N-1) and its ISO.
+# make_release DIR ISO SPEC...: a release of one archive per SPEC ("seed images base mid own", MiB)
+# and its ISO.
 make_release() {
-  local dir=$1 iso=$2 n=$3 images=$4 base=$5 mid=$6 own=$7 i
+  local dir=$1 iso=$2 spec seed images base mid own
+  shift 2
   [ -s "$iso" ] && return 0
-  echo "bench-preload: generating $iso ($n archives of $images images, layers $base/$mid/$own MiB)" >&2
   rm -rf "$dir" && mkdir -p "$dir/bundle/common/images" "$dir/bundle/common/images-lists"
   echo "images:" >"$dir/bundle/metadata.yaml"
   echo "  common:" >>"$dir/bundle/metadata.yaml"
-  for i in $(seq 0 $((n - 1))); do
-    go run ./preload/preloadtest/benchrelease -seed "$i" -images "$images" -base-mb "$base" -mid-mb "$mid" \
-      -own-mb "$own" -list "$dir/bundle/common/images-lists/bench-$i.txt" \
-      | zstd -q -3 -T0 -o "$dir/bundle/common/images/bench-$i.tar.zst"
-    printf '  - list: /common/images-lists/bench-%s.txt\n    archive: /common/images/bench-%s.tar.zst\n' "$i" "$i" \
+  for spec in "$@"; do
+    read -r seed images base mid own <<<"$spec"
+    echo "bench-preload: generating archive $seed of $iso ($images images, layers $base/$mid/$own MiB)" >&2
+    go run ./preload/preloadtest/benchrelease -seed "$seed" -images "$images" -base-mb "$base" -mid-mb "$mid" \
+      -own-mb "$own" -list "$dir/bundle/common/images-lists/bench-$seed.txt" \
+      | zstd -q -3 -T0 -o "$dir/bundle/common/images/bench-$seed.tar.zst"
+    printf '  - list: /common/images-lists/bench-%s.txt\n    archive: /common/images/bench-%s.tar.zst\n' "$seed" "$seed" \
       >>"$dir/bundle/metadata.yaml"
   done
   printf 'harvester: v0.0.0-bench\nkubernetes: v1.32.7+rke2r1\n' >"$dir/harvester-release.yaml"
@@ -52,20 +72,38 @@ make_release() {
   mv "$iso.tmp" "$iso"
 }
 
-scenarios=(one)
-one_dir=$CACHE/one-$IMAGES-$BASE_MB-$MID_MB-$OWN_MB
-make_release "$one_dir" "$one_dir.iso" 1 "$IMAGES" "$BASE_MB" "$MID_MB" "$OWN_MB"
-if [ "$SPLIT" -gt 1 ]; then
-  scenarios+=(split)
-  per=$(( (IMAGES + SPLIT - 1) / SPLIT ))
-  split_dir=$CACHE/split-$SPLIT-$per-$((BASE_MB / SPLIT))-$((MID_MB / SPLIT))-$OWN_MB
-  make_release "$split_dir" "$split_dir.iso" "$SPLIT" "$per" $((BASE_MB / SPLIT)) $((MID_MB / SPLIT)) "$OWN_MB"
-fi
+scenarios=()
+for s in $SCENARIOS; do
+  case $s in
+  node)
+    node_dir=$CACHE/node-$NODE_MB
+    make_release "$node_dir" "$node_dir.iso" "100 1 $((NODE_MB * 64 / 100)) $((NODE_MB * 27 / 100)) $((NODE_MB * 9 / 100))" \
+      "101 4 30 30 30" ;;
+  one)
+    one_dir=$CACHE/one-$IMAGES-$BASE_MB-$MID_MB-$OWN_MB
+    make_release "$one_dir" "$one_dir.iso" "0 $IMAGES $BASE_MB $MID_MB $OWN_MB" ;;
+  split)
+    [ "$SPLIT" -gt 1 ] || continue
+    per=$(( (IMAGES + SPLIT - 1) / SPLIT ))
+    split_dir=$CACHE/split-$SPLIT-$per-$((BASE_MB / SPLIT))-$((MID_MB / SPLIT))-$OWN_MB
+    specs=()
+    for i in $(seq 0 $((SPLIT - 1))); do specs+=("$i $per $((BASE_MB / SPLIT)) $((MID_MB / SPLIT)) $OWN_MB"); done
+    make_release "$split_dir" "$split_dir.iso" "${specs[@]}" ;;
+  *) echo "bench-preload: unknown scenario $s" >&2; exit 1 ;;
+  esac
+  scenarios+=("$s")
+done
 
 work=$(mktemp -d /tmp/bench-preload.XXXXXX)
 pid=""
+cdir=""
+# stop_containerd: stops the daemon and removes its root (gigabytes of blobs and snapshots).
 stop_containerd() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=""; fi
+  if [ -n "$cdir" ]; then
+    grep -o "$cdir/state/[^ ]*" /proc/mounts 2>/dev/null | xargs -r -n1 umount 2>/dev/null || true
+    rm -rf "$cdir"; cdir=""
+  fi
 }
 cleanup() { stop_containerd; rm -rf "$work"; }
 trap cleanup EXIT
@@ -74,6 +112,7 @@ trap cleanup EXIT
 start_containerd() {
   local d=$work/$1
   mkdir -p "$d"
+  cdir=$d
   sock=$d/c.sock
   cat >"$d/config.toml" <<TOML
 version = 2
@@ -107,87 +146,202 @@ TIMEFMT='%M %U %S'
 kib_of() { tail -1 "$1" | awk '{print $1}'; }
 cpu_of() { tail -1 "$1" | awk '{printf "%.2f", $2 + $3}'; }
 bench_images() { ctr -a "$sock" -n k8s.io images ls -q | grep -c '/rancher/bench-' || true; }
+archives_of() { local dir=${1}_dir; ls "${!dir}"/bundle/common/images/*.tar.zst; }
+iso_of() { local dir=${1}_dir; echo "${!dir}.iso"; }
 
-# run_pipeline SCENARIO ROUND and run_preload SCENARIO ROUND import the scenario's release cold
-# into a fresh containerd and append "seconds peak-RSS-KiB cpu-seconds images" to
-# $work/SCENARIO.pipeline or $work/SCENARIO.preload (and the warm re-run to $work/SCENARIO.warm).
+# Each run appends one line to $work/SCENARIO.KIND; the first field is the time that ranks it.
+# run_pipeline SCENARIO ROUND: "seconds peak-RSS-KiB cpu-seconds images" to .pipeline.
 run_pipeline() {
-  local dir=${1}_dir t0 t1 a rss=0 cpu=0
+  local t0 t1 a rss=0 cpu=0 r
   start_containerd "$1-pipeline-$2"
   t0=$(now)
-  for a in "${!dir}"/bundle/common/images/*.tar.zst; do
+  for a in $(archives_of "$1"); do
     /usr/bin/time -f "$TIMEFMT" -o "$work/zstdcat.rss" zstdcat "$a" \
       | /usr/bin/time -f "$TIMEFMT" -o "$work/ctr.rss" ctr -a "$sock" -n k8s.io images import --no-unpack - >"$work/ctr.out"
-    rss=$(( rss > $(kib_of "$work/zstdcat.rss") + $(kib_of "$work/ctr.rss") ? rss : $(kib_of "$work/zstdcat.rss") + $(kib_of "$work/ctr.rss") ))
+    r=$(( $(kib_of "$work/zstdcat.rss") + $(kib_of "$work/ctr.rss") ))
+    rss=$(( rss > r ? rss : r ))
     cpu=$(awk -v c="$cpu" -v a="$(cpu_of "$work/zstdcat.rss")" -v b="$(cpu_of "$work/ctr.rss")" 'BEGIN { printf "%.2f", c + a + b }')
   done
   t1=$(now)
   echo "$(elapsed "$t0" "$t1") $rss $cpu $(bench_images)" >>"$work/$1.pipeline"
   stop_containerd
 }
+# run_floor SCENARIO: "seconds" to .floor: every archive decoded to a file on the disk
+# containerd writes to, then synced.
+run_floor() {
+  local t0 t1 a i=0
+  mkdir -p "$work/floor"
+  t0=$(now)
+  for a in $(archives_of "$1"); do zstdcat -q "$a" >"$work/floor/$i.tar"; i=$((i + 1)); done
+  sync "$work"/floor/*.tar
+  t1=$(now)
+  rm -rf "$work/floor"
+  echo "$(elapsed "$t0" "$t1")" >>"$work/$1.floor"
+}
+# first_start: creates one container of every bench image (ctr unpacks what is not unpacked);
+# prints the seconds it took.
+first_start() {
+  local t0 t1 img i=0
+  t0=$(now)
+  for img in $(ctr -a "$sock" -n k8s.io images ls -q | grep '/rancher/bench-'); do
+    ctr -a "$sock" -n k8s.io containers create --snapshotter overlayfs "$img" "bench-$i" >/dev/null
+    i=$((i + 1))
+  done
+  t1=$(now)
+  elapsed "$t0" "$t1"
+}
+# run_preload SCENARIO ROUND KIND [FLAGS...]: "seconds peak-RSS-KiB cpu-seconds images" to .KIND;
+# for KIND unpack and nounpack also the first start, "... first-start-seconds". KIND plain also
+# times the warm re-run, to .warm.
 run_preload() {
-  local dir=${1}_dir t0 t1
-  start_containerd "$1-preload-$2"
+  local s=$1 round=$2 kind=$3 t0 t1 line
+  shift 3
+  start_containerd "$s-$kind-$round"
   t0=$(now)
-  /usr/bin/time -f "$TIMEFMT" -o "$work/preload.rss" "$BIN" preload --iso "${!dir}.iso" --containerd-sock "$sock" \
-    --concurrency "$CONCURRENCY" >"$work/preload.out"
+  /usr/bin/time -f "$TIMEFMT" -o "$work/preload.rss" "$BIN" preload --iso "$(iso_of "$s")" --containerd-sock "$sock" \
+    --concurrency "$CONCURRENCY" "$@" >"$work/preload.out"
   t1=$(now)
-  echo "$(elapsed "$t0" "$t1") $(kib_of "$work/preload.rss") $(cpu_of "$work/preload.rss") $(bench_images)" >>"$work/$1.preload"
-  # The warm re-run: everything is present, nothing is read.
-  t0=$(now)
-  /usr/bin/time -f "$TIMEFMT" -o "$work/warm.rss" "$BIN" preload --iso "${!dir}.iso" --containerd-sock "$sock" >"$work/warm.out"
-  t1=$(now)
-  if grep -q '^import' "$work/warm.out" || ! grep -q '^skip' "$work/warm.out"; then
-    echo "bench-preload: the warm run did not skip every archive:" >&2; cat "$work/warm.out" >&2; exit 1
+  line="$(elapsed "$t0" "$t1") $(kib_of "$work/preload.rss") $(cpu_of "$work/preload.rss") $(bench_images)"
+  if [ "$kind" = unpack ] || [ "$kind" = nounpack ]; then line="$line $(first_start)"; fi
+  echo "$line" >>"$work/$s.$kind"
+  if [ "$kind" = plain ]; then
+    # The warm re-run: everything is present, nothing is read.
+    t0=$(now)
+    /usr/bin/time -f "$TIMEFMT" -o "$work/warm.rss" "$BIN" preload --iso "$(iso_of "$s")" --containerd-sock "$sock" >"$work/warm.out"
+    t1=$(now)
+    if grep -q '^import' "$work/warm.out" || ! grep -q '^skip' "$work/warm.out"; then
+      echo "bench-preload: the warm run did not skip every archive:" >&2; cat "$work/warm.out" >&2; exit 1
+    fi
+    echo "$(elapsed "$t0" "$t1") $(kib_of "$work/warm.rss")" >>"$work/$s.warm"
   fi
-  echo "$(elapsed "$t0" "$t1") $(kib_of "$work/warm.rss")" >>"$work/$1.warm"
+  stop_containerd
+}
+# workload: the CPU-bound neighbour of the throttle test, one sha256sum of BENCH_WORK_MB MiB per
+# core, all at once; prints its seconds.
+workload() {
+  local t0 t1 i pids=()
+  t0=$(now)
+  for i in $(seq 1 "$(nproc)"); do head -c "$((WORK_MB << 20))" /dev/zero | sha256sum >/dev/null & pids+=($!); done
+  wait "${pids[@]}"
+  t1=$(now)
+  elapsed "$t0" "$t1"
+}
+# run_beside SCENARIO KIND [FLAGS...]: preload (--unpack=false, FLAGS) and the workload started
+# together; "preload-seconds cpu-seconds workload-seconds" to .KIND.
+run_beside() {
+  local s=$1 kind=$2 t0 t1 wpid
+  shift 2
+  start_containerd "$s-$kind"
+  workload >"$work/workload.out" &
+  wpid=$!
+  t0=$(now)
+  /usr/bin/time -f "$TIMEFMT" -o "$work/preload.rss" "$BIN" preload --iso "$(iso_of "$s")" --containerd-sock "$sock" \
+    --unpack=false "$@" >"$work/preload.out"
+  t1=$(now)
+  wait "$wpid"
+  echo "$(elapsed "$t0" "$t1") $(cpu_of "$work/preload.rss") $(cat "$work/workload.out")" >>"$work/$s.$kind"
   stop_containerd
 }
 
 for s in "${scenarios[@]}"; do
-  dir=${s}_dir
-  cat "${!dir}"/bundle/common/images/*.tar.zst "${!dir}.iso" >/dev/null # both sides read from the page cache
+  # Every side reads from the page cache.
+  cat $(archives_of "$s") "$(iso_of "$s")" >/dev/null
   for round in $(seq 1 "$ROUNDS"); do
     echo "bench-preload: $s: round $round of $ROUNDS" >&2
-    if [ $((round % 2)) -eq 1 ]; then run_pipeline "$s" "$round"; run_preload "$s" "$round"
-    else run_preload "$s" "$round"; run_pipeline "$s" "$round"; fi
+    sides=(pipeline floor plain)
+    [ "$s" = node ] && sides+=(nounpack unpack)
+    [ $((round % 2)) -eq 0 ] && sides=($(printf '%s\n' "${sides[@]}" | tac))
+    for side in "${sides[@]}"; do
+      case $side in
+      pipeline) run_pipeline "$s" "$round" ;;
+      floor) run_floor "$s" ;;
+      plain) run_preload "$s" "$round" plain --unpack=false ;;
+      nounpack) run_preload "$s" "$round" nounpack --unpack=false ;;
+      unpack) run_preload "$s" "$round" unpack --unpack ;;
+      esac
+    done
   done
+  if [ "$s" = node ]; then
+    echo "bench-preload: $s: throttle" >&2
+    workload >"$work/alone"
+    run_beside "$s" beside
+    run_beside "$s" throttled --max-bytes-per-second "$((THROTTLE_MB << 20))" --nice 19
+  fi
 done
 
 # best COLUMN FILE: field COLUMN of the fastest run; maxcol COLUMN FILE: the largest value.
 best() { sort -n -k1,1 "$2" | head -1 | awk -v c="$1" '{print $c}'; }
 maxcol() { awk -v c="$1" 'BEGIN {m = 0} $c > m {m = $c} END {print m}' "$2"; }
+# bestsum A B FILE: the smallest sum of fields A and B over the runs.
+bestsum() { awk -v a="$1" -v b="$2" 'NR == 1 || $a + $b < m {m = $a + $b} END {printf "%.3f", m}' "$3"; }
 mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.1f", n / 1048576 / s }'; }
-echo "bench-preload: runs (seconds peak-RSS-KiB cpu-seconds images):" >&2
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "bench-preload: runs (seconds peak-RSS-KiB cpu-seconds images [first-start-seconds]):" >&2
 lines=()
 for s in "${scenarios[@]}"; do
+  for k in pipeline floor plain nounpack unpack beside throttled; do
+    [ -f "$work/$s.$k" ] && sed "s/^/  $s $k /" "$work/$s.$k" >&2
+  done
+  bytes=$(cat $(archives_of "$s") | wc -c)
+  tarbytes=$(for a in $(archives_of "$s"); do zstdcat -q "$a" | wc -c; done | awk '{n += $1} END {print n}')
+  narch=$(archives_of "$s" | wc -l)
   dir=${s}_dir
-  sed "s/^/  $s pipeline /" "$work/$s.pipeline" >&2; sed "s/^/  $s preload  /" "$work/$s.preload" >&2
-  bytes=$(cat "${!dir}"/bundle/common/images/*.tar.zst | wc -c)
-  narch=$(ls "${!dir}"/bundle/common/images/*.tar.zst | wc -l)
   listed=$(cat "${!dir}"/bundle/common/images-lists/*.txt | grep -c .)
   p_cold=$(best 1 "$work/$s.pipeline"); p_cpu=$(best 3 "$work/$s.pipeline"); p_rss=$(maxcol 2 "$work/$s.pipeline"); p_img=$(best 4 "$work/$s.pipeline")
-  u_cold=$(best 1 "$work/$s.preload"); u_cpu=$(best 3 "$work/$s.preload"); u_rss=$(maxcol 2 "$work/$s.preload"); u_img=$(best 4 "$work/$s.preload")
+  u_cold=$(best 1 "$work/$s.plain"); u_cpu=$(best 3 "$work/$s.plain"); u_rss=$(maxcol 2 "$work/$s.plain"); u_img=$(best 4 "$work/$s.plain")
+  floor=$(best 1 "$work/$s.floor")
   warm=$(best 1 "$work/$s.warm"); warm_rss=$(maxcol 2 "$work/$s.warm")
-  if [ "$u_img" != "$listed" ] || [ "$p_img" != "$listed" ]; then
-    echo "bench-preload: $s: imported $u_img (preload) and $p_img (pipeline) of $listed images" >&2; exit 1
-  fi
-  ratio=$(awk -v a="$p_cold" -v b="$u_cold" 'BEGIN { printf "%.2f", a / b }')
+  for k in pipeline plain nounpack unpack; do
+    [ -f "$work/$s.$k" ] || continue
+    if awk -v want="$listed" '$4 != want {bad = 1} END {exit !bad}' "$work/$s.$k"; then
+      echo "bench-preload: $s: a $k run did not import all $listed images" >&2; exit 1
+    fi
+  done
+  speedup=$(ratio "$p_cold" "$u_cold"); overfloor=$(ratio "$u_cold" "$floor")
   cat <<EOF2
 
-$s: $narch archive(s), $bytes bytes compressed, $listed images sharing layers
-  pipeline (zstdcat | ctr import --no-unpack): ${p_cold}s cold (best of $ROUNDS), $(mbps "$bytes" "$p_cold") MiB/s, CPU ${p_cpu}s, peak RSS $((p_rss / 1024)) MiB (zstdcat + ctr)
-  upgrade-repo preload --iso:                   ${u_cold}s cold (best of $ROUNDS), $(mbps "$bytes" "$u_cold") MiB/s, CPU ${u_cpu}s, peak RSS $((u_rss / 1024)) MiB
-  speed-up ${ratio}x; warm re-run ${warm}s (peak RSS $((warm_rss / 1024)) MiB)
+$s: $narch archive(s), $bytes bytes compressed, $tarbytes bytes of tar, $listed images
+  pipeline (zstdcat | ctr import --no-unpack): ${p_cold}s cold (best of $ROUNDS), $(mbps "$tarbytes" "$p_cold") MiB/s of tar, CPU ${p_cpu}s, peak RSS $((p_rss / 1024)) MiB (zstdcat + ctr)
+  upgrade-repo preload --unpack=false:         ${u_cold}s cold (best of $ROUNDS), $(mbps "$tarbytes" "$u_cold") MiB/s of tar, CPU ${u_cpu}s, peak RSS $((u_rss / 1024)) MiB
+  floor (zstdcat > file, synced):               ${floor}s, $(mbps "$tarbytes" "$floor") MiB/s of tar
+  speed-up ${speedup}x the pipeline; ${overfloor}x the floor; warm re-run ${warm}s (peak RSS $((warm_rss / 1024)) MiB)
 EOF2
   lines+=(
-    "${s}_archives=$narch" "${s}_archive_bytes=$bytes" "${s}_images=$listed"
-    "${s}_pipeline_cold_seconds=$p_cold" "${s}_preload_cold_seconds=$u_cold" "${s}_preload_speedup=$ratio"
+    "${s}_archives=$narch" "${s}_archive_bytes=$bytes" "${s}_tar_bytes=$tarbytes" "${s}_images=$listed"
+    "${s}_pipeline_cold_seconds=$p_cold" "${s}_preload_cold_seconds=$u_cold" "${s}_floor_seconds=$floor"
+    "${s}_preload_speedup=$speedup" "${s}_preload_over_floor=$overfloor"
     "${s}_preload_warm_seconds=$warm"
     "${s}_pipeline_cpu_seconds=$p_cpu" "${s}_preload_cpu_seconds=$u_cpu"
     "${s}_pipeline_peak_rss_bytes=$((p_rss * 1024))" "${s}_preload_peak_rss_bytes=$((u_rss * 1024))"
     "${s}_preload_warm_peak_rss_bytes=$((warm_rss * 1024))"
   )
+  if [ -f "$work/$s.unpack" ]; then
+    n_pre=$(best 1 "$work/$s.nounpack"); n_start=$(sort -n -k5,5 "$work/$s.nounpack" | head -1 | awk '{print $5}'); n_sum=$(bestsum 1 5 "$work/$s.nounpack")
+    w_pre=$(best 1 "$work/$s.unpack"); w_start=$(sort -n -k5,5 "$work/$s.unpack" | head -1 | awk '{print $5}'); w_sum=$(bestsum 1 5 "$work/$s.unpack")
+    w_rss=$(maxcol 2 "$work/$s.unpack")
+    cat <<EOF2
+  unpack: preload --unpack=false ${n_pre}s + first start of every image ${n_start}s = ${n_sum}s (best sum)
+          preload --unpack       ${w_pre}s + first start of every image ${w_start}s = ${w_sum}s (best sum), peak RSS $((w_rss / 1024)) MiB
+EOF2
+    lines+=(
+      "${s}_nounpack_preload_seconds=$n_pre" "${s}_nounpack_first_start_seconds=$n_start" "${s}_nounpack_total_seconds=$n_sum"
+      "${s}_unpack_preload_seconds=$w_pre" "${s}_unpack_first_start_seconds=$w_start" "${s}_unpack_total_seconds=$w_sum"
+      "${s}_unpack_peak_rss_bytes=$((w_rss * 1024))"
+    )
+  fi
+  if [ -f "$work/$s.throttled" ]; then
+    alone=$(cat "$work/alone")
+    read -r b_pre b_cpu b_work <"$work/$s.beside"
+    read -r t_pre t_cpu t_work <"$work/$s.throttled"
+    cat <<EOF2
+  throttle: workload (sha256sum of $WORK_MB MiB on each of $(nproc) cores) alone ${alone}s; beside preload ${b_work}s (preload ${b_pre}s, CPU ${b_cpu}s);
+            beside preload --max-bytes-per-second $((THROTTLE_MB << 20)) --nice 19 ${t_work}s (preload ${t_pre}s, CPU ${t_cpu}s, $(mbps "$tarbytes" "$t_pre") MiB/s of tar)
+EOF2
+    lines+=(
+      "${s}_workload_alone_seconds=$alone" "${s}_workload_beside_preload_seconds=$b_work" "${s}_preload_beside_workload_seconds=$b_pre"
+      "${s}_workload_beside_throttled_seconds=$t_work" "${s}_throttled_preload_seconds=$t_pre" "${s}_throttle_bytes_per_second=$((THROTTLE_MB << 20))"
+    )
+  fi
 done
 echo
 printf '%s\n' "rounds=$ROUNDS" "concurrency=$CONCURRENCY" "load_average=$(cut -d' ' -f1 /proc/loadavg)" "${lines[@]}"

@@ -5,8 +5,8 @@
 // plans: an archive whose images are all present is skipped, any other archive is imported.
 // Archives are streamed from the first Source that has them (the ISO, then peers, then the repo
 // Service with resume by Range), decompressed with zstd on the fly and handed to the Store's
-// import; nothing is written to a temporary file. Archives import in parallel up to a limit.
-// After the import every listed reference is checked again and the missing ones are reported.
+// import; the archive is never written whole to a temporary file. Archives import in parallel up
+// to a limit. After the import every listed reference is checked again and the missing ones are reported.
 //
 // Progress (bytes read per archive and in total, images present of listed) is exported as
 // Prometheus metrics with the prefix upgrade_repo_preload_ and as a Status value an agent can

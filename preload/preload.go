@@ -13,6 +13,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // ErrIncomplete is returned by Run when, after the imports, some listed images are not present.
@@ -53,6 +54,7 @@ type Preloader struct {
 	decoders    int
 	retry       backoff
 	copyDir     string
+	limit       *rate.Limiter
 	m           *metrics
 
 	mu     sync.Mutex
@@ -92,6 +94,21 @@ const DefaultRetryFor = time.Minute
 // present, for a runtime that imports that directory by itself on restart (RKE2 reads
 // /var/lib/rancher/rke2/agent/images). A file already there with the same size is kept.
 func WithCopyDir(dir string) Option { return func(p *Preloader) { p.copyDir = dir } }
+
+// WithMaxBytesPerSecond caps how many bytes of uncompressed archive all imports of the
+// Preloader together hand to the store per second, which bounds what they write to disk and most
+// of their CPU time (decompression, hashing). Zero or less means no cap (the default).
+func WithMaxBytesPerSecond(n int64) Option {
+	return func(p *Preloader) {
+		p.limit = nil
+		if n > 0 {
+			p.limit = rate.NewLimiter(rate.Limit(n), int(min(n, limitBurst)))
+		}
+	}
+}
+
+// limitBurst is the most bytes a capped import passes at once: one read of the store's.
+const limitBurst = 1 << 20
 
 // New returns a Preloader that imports into store, reading archives from the first of sources
 // that holds each one.
@@ -277,15 +294,33 @@ func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
 	}
 }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it and, with a limiter, waits so that reads stay
+// within its rate.
 type countingReader struct {
-	r io.Reader
-	n int64
+	ctx   context.Context
+	r     io.Reader
+	n     int64
+	limit *rate.Limiter
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.limit == nil {
+		n, err := c.r.Read(p)
+		c.n += int64(n)
+		return n, err
+	}
+	// Wait for what was read, after reading it: a read may return much less than asked for, and
+	// the store gets at most one read (a burst) ahead of the rate.
+	if b := c.limit.Burst(); len(p) > b {
+		p = p[:b]
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if n > 0 {
+		if werr := c.limit.WaitN(c.ctx, n); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	return n, err
 }
 
@@ -320,7 +355,7 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) (consumed int
 		return 0, &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Size: size, Err: err}
 	}
 	defer dec.Close()
-	tar := &countingReader{r: dec}
+	tar := &countingReader{ctx: ctx, r: dec, limit: p.limit}
 	names, err := p.store.Import(ctx, tar)
 	if err != nil {
 		return tar.n, &ArchiveError{Archive: s.Archive.Archive, Source: src.Name(), Offset: r.off, Size: r.size, Decoded: tar.n, Err: err}

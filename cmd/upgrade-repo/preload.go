@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/upgrade-repo/upgrade-repo/internal/priority"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
@@ -26,6 +27,9 @@ Import the release's images into containerd: archives whose listed images are al
 skipped, the others are streamed from the ISO (or from the repo Service, with resume) into
 containerd's import. Exits 0 only when every listed image is present afterwards.
 Unless GOGC or GOMEMLIMIT is set, the garbage collector runs at GOGC=10 to keep memory low.
+
+On a node that runs workloads, --max-bytes-per-second caps the rate (of uncompressed bytes, what
+is written to disk) and --nice lowers the CPU and I/O priority of every thread of the process.
 
 `
 
@@ -41,6 +45,11 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	concurrency := fset.Int("concurrency", 2, "archives imported at once")
 	retryFor := fset.Duration("retry-for", preload.DefaultRetryFor, "how long transient errors (containerd restarting, the repo unavailable) are retried without progress")
 	copyDir := fset.String("copy-to", "", "also place the archives in this directory (RKE2: /var/lib/rancher/rke2/agent/images)")
+	unpack := fset.Bool("unpack", true, "also unpack the images into --snapshotter, so that their first container starts without unpacking")
+	snapshotter := fset.String("snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
+	direct := fset.Bool("direct-ingest", true, "write blobs straight into containerd's content directory when it is reachable from this process (else through containerd's content service)")
+	maxRate := fset.Int64("max-bytes-per-second", 0, "cap on the uncompressed bytes imported per second, all archives together (0: none)")
+	nice := fset.Int("nice", 0, "lower the CPU priority to this nice value (1-19) and the I/O priority to best-effort's lowest level; 0 leaves both")
 	dryRun := fset.Bool("dry-run", false, "print what would be imported and why, change nothing")
 	output := fset.String("o", "text", "output format: text or json")
 	if help, err := parseFlags(fset, args); help || err != nil {
@@ -57,6 +66,17 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: --concurrency must be at least 1", errUsage)
 	case *retryFor < 0:
 		return fmt.Errorf("%w: --retry-for %s: want a duration of zero or more", errUsage, *retryFor)
+	case *maxRate < 0:
+		return fmt.Errorf("%w: --max-bytes-per-second must be zero or more", errUsage)
+	case *nice < 0 || *nice > 19:
+		return fmt.Errorf("%w: --nice %d: want 0 to 19", errUsage, *nice)
+	case *unpack && *snapshotter == "":
+		return fmt.Errorf("%w: --unpack needs a --snapshotter", errUsage)
+	}
+	if *nice > 0 {
+		if err := priority.Lower(*nice, priority.IOClassBestEffort, 7); err != nil {
+			return err
+		}
 	}
 
 	var (
@@ -94,7 +114,11 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	if percent, ok := preloadGCPercent(os.Getenv); ok {
 		defer debug.SetGCPercent(debug.SetGCPercent(percent))
 	}
-	store, err := connectContainerd(ctx, a, *sock, *retryFor, containerd.WithNamespace(*ns), containerd.WithLogger(a.log))
+	copts := []containerd.Option{containerd.WithNamespace(*ns), containerd.WithLogger(a.log), containerd.WithDirectIngest(*direct)}
+	if *unpack {
+		copts = append(copts, containerd.WithUnpack(*snapshotter))
+	}
+	store, err := connectContainerd(ctx, a, *sock, *retryFor, copts...)
 	if err != nil {
 		return err
 	}
@@ -104,7 +128,8 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 		preload.WithRegisterer(prometheus.NewRegistry()),
 		preload.WithConcurrency(*concurrency),
 		preload.WithRetry(*retryFor, 0),
-		preload.WithCopyDir(*copyDir))
+		preload.WithCopyDir(*copyDir),
+		preload.WithMaxBytesPerSecond(*maxRate))
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,16 @@ func TestPreloadCommand(t *testing.T) {
 	require.ErrorIs(t, err, errUsage)
 	_, err = preloadCmd(t, "--iso", image, "-o", "yaml")
 	require.ErrorIs(t, err, errUsage)
+	for _, bad := range [][]string{{"--nice", "20"}, {"--max-bytes-per-second", "-1"}, {"--snapshotter", ""}} {
+		_, err = preloadCmd(t, append([]string{"--iso", image}, bad...)...)
+		require.ErrorIs(t, err, errUsage, "%q", bad)
+	}
+
+	// Capped, streamed through containerd's content service and not unpacked.
+	out, err = preloadCmd(t, "--iso", image, "--namespace", "capped", "--max-bytes-per-second", "4000000",
+		"--direct-ingest=false", "--unpack=false")
+	require.NoError(t, err)
+	require.Contains(t, out, "ImagePreloaded: 3 of 3 images present")
 }
 
 func sharedLayers(l ...v1.Layer) []v1.Layer { return l }

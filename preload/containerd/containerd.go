@@ -1,9 +1,12 @@
 // Package containerd is the preload.Store over a containerd daemon: it checks which images are
 // present with complete content and imports docker-save archives through containerd's Go client,
-// in-process, under a lease so that a failed import leaves nothing referenced.
+// in-process, under a lease so that a failed import leaves nothing referenced. It writes the
+// archives' blobs straight into the daemon's content directory when it can (see ingest.go) and
+// can unpack the imported images into a snapshotter.
 //
 // It is the only package of the project that imports containerd. It works with containerd 1.6,
-// 1.7 and 2.x daemons: it uses only the content, images and leases services.
+// 1.7 and 2.x daemons: it uses the content, images, leases and introspection services, and for
+// unpacking the snapshots and diff services.
 //
 // Imports: preload and containerd's client; it alone of the module imports containerd (depguard
 // rule containerd, boundary test).
@@ -60,6 +63,12 @@ type Store struct {
 	log    *slog.Logger
 	expiry time.Duration
 
+	// direct is the daemon's content directory when this process can write blobs into it
+	// (see ingest.go), nil when imports stream every blob through the content service.
+	direct       *directIngest
+	directIngest bool
+	snapshotter  string
+
 	mu sync.Mutex
 	// stale are the leases of failed imports that could not be deleted (the daemon was down):
 	// the next import deletes them, so that their content is collected.
@@ -81,9 +90,24 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 // it (default DefaultLeaseExpiry). An import must finish within it.
 func WithLeaseExpiry(d time.Duration) Option { return func(s *Store) { s.expiry = d } }
 
+// WithDirectIngest sets whether imports write blobs straight into the daemon's content directory
+// when this process can (default true; see the package's direct ingest). Without it, or when the
+// directory is out of reach, every blob is sent through containerd's content service.
+func WithDirectIngest(on bool) Option { return func(s *Store) { s.directIngest = on } }
+
+// DefaultSnapshotter is the snapshotter the CRI plugin unpacks images into unless configured
+// otherwise, RKE2's and k3s's included.
+const DefaultSnapshotter = "overlayfs"
+
+// WithUnpack makes every import also unpack the images it imports for this host's platform into
+// the named snapshotter (the CRI plugin's, DefaultSnapshotter unless configured otherwise), so
+// that their first container starts without unpacking. Images whose archive holds no manifest
+// for this host's platform are imported but not unpacked. Empty (the default) unpacks nothing.
+func WithUnpack(snapshotter string) Option { return func(s *Store) { s.snapshotter = snapshotter } }
+
 // New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
-	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry}
+	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry, directIngest: true}
 	for _, o := range opts {
 		o(s)
 	}
@@ -102,8 +126,41 @@ func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("containerd at %s: version: %w", socket, classify(err))
 	}
 	s.client = c
+	if s.directIngest {
+		s.direct = s.findContentDir(ctx)
+	}
 	return s, nil
 }
+
+// findContentDir returns direct ingest into the content directory the daemon reports, or nil,
+// logging why, when this process cannot write there.
+func (s *Store) findContentDir(ctx context.Context) *directIngest {
+	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+contentPluginType, "id==content")
+	if err != nil {
+		s.log.Info("direct ingest off: cannot ask containerd for its content directory", "err", err)
+		return nil
+	}
+	for _, p := range resp.GetPlugins() {
+		root := p.GetExports()["root"]
+		d, err := newDirectIngest(root)
+		if err != nil {
+			s.log.Info("direct ingest off: content directory out of reach", "dir", root, "err", err)
+			return nil
+		}
+		d.removeStale()
+		s.log.Debug("direct ingest on", "dir", root)
+		return d
+	}
+	s.log.Info("direct ingest off: containerd reports no local content store")
+	return nil
+}
+
+// contentPluginType is the plugin type of containerd's content store.
+const contentPluginType = "io.containerd.content.v1"
+
+// DirectIngest reports whether imports currently write blobs straight into the daemon's content
+// directory.
+func (s *Store) DirectIngest() bool { return s.direct != nil && s.direct.enabled() }
 
 // Close closes the connection to the daemon.
 func (s *Store) Close() error { return s.client.Close() }
@@ -280,8 +337,14 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	}()
 	ctx = leases.WithLease(ctx, l.ID)
 	cs := s.client.ContentStore()
+	ics := cs
+	if s.DirectIngest() {
+		ics = &ingestStore{Store: cs, d: s.direct, onFail: func(err error) {
+			s.log.Warn("direct ingest off, streaming blobs through containerd", "err", err)
+		}}
+	}
 
-	index, err := archive.ImportIndex(ctx, cs, r)
+	index, err := archive.ImportIndex(ctx, ics, r)
 	if err != nil {
 		return nil, fmt.Errorf("read archive: %w", s.classifyWrite(ctx, err))
 	}
@@ -293,6 +356,12 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	if err != nil {
 		return nil, err
 	}
+	// Unpacked before the images exist, under the same lease: a failed unpack leaves nothing.
+	for _, img := range imgs {
+		if err := s.unpack(ctx, img); err != nil {
+			return nil, fmt.Errorf("unpack %s into %s: %w", img.Name, s.snapshotter, classify(err))
+		}
+	}
 	is := s.client.ImageService()
 	for _, img := range imgs {
 		img.Labels = map[string]string{criLabel: "managed"}
@@ -300,13 +369,35 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 			if !errdefs.IsNotFound(err) {
 				return names, fmt.Errorf("update image %s: %w", img.Name, classify(err))
 			}
-			if _, err := is.Create(ctx, img); err != nil {
+			_, err := is.Create(ctx, img)
+			if errdefs.IsAlreadyExists(err) {
+				// Created by a concurrent import of the same image in between.
+				_, err = is.Update(ctx, img, "target", "labels."+criLabel)
+			}
+			if err != nil {
 				return names, fmt.Errorf("create image %s: %w", img.Name, classify(err))
 			}
 		}
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// unpack unpacks img into the store's snapshotter, when it has one and the image a manifest for
+// this host's platform.
+func (s *Store) unpack(ctx context.Context, img images.Image) error {
+	if s.snapshotter == "" {
+		return nil
+	}
+	host := platforms.Default()
+	if _, err := images.Manifest(ctx, s.client.ContentStore(), img.Target, host); err != nil {
+		if errdefs.IsNotFound(err) {
+			s.log.Debug("not unpacked: no manifest for this platform", "image", img.Name)
+			return nil
+		}
+		return err
+	}
+	return client.NewImageWithPlatform(s.client, img, host).Unpack(ctx, s.snapshotter)
 }
 
 // deleteStale deletes the leases earlier imports could not delete, keeping those that still
