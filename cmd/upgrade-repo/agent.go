@@ -43,7 +43,8 @@ holds it.
 type agentConfig struct {
 	agent.Config
 	listen, advertise, gossipListen, gossipAdvertise, join, sock, keyFile, kubeconfig string
-	report                                                                            bool
+	snapshotter                                                                       string
+	report, unpack, direct                                                            bool
 	// kube is the cluster to report to, with report.
 	kube client.WithWatch
 }
@@ -66,6 +67,9 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.ISOChecksum, "iso-checksum", "", "the ISO's checksum, sha512:HEX (required with --iso-url)")
 	fset.StringVar(&c.ISOFile, "iso", "", "a release ISO already on this node")
 	fset.StringVar(&c.sock, "containerd-sock", "", "containerd's socket; when set, the release's images are preloaded")
+	fset.BoolVar(&c.unpack, "unpack", true, "also unpack the preloaded images into --snapshotter, so that their first container starts without unpacking")
+	fset.StringVar(&c.snapshotter, "snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
+	fset.BoolVar(&c.direct, "direct-ingest", true, "write blobs straight into containerd's content directory when it is reachable from this process (else through containerd's content service)")
 	fset.StringVar(&c.keyFile, "gossip-key-file", "", "a file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64)")
 	fset.DurationVar(&c.Grace, "grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
 	fset.DurationVar(&c.Settle, "settle", 3*time.Second, "how long nodes starting together wait to split the origin's work before asking it")
@@ -138,7 +142,11 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 	}
 	deps := agent.Deps{Log: a.log, Seeds: strings.FieldsFunc(c.join, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
 	if c.sock != "" {
-		cs, err := containerd.New(ctx, c.sock, containerd.WithLogger(a.log))
+		copts := []containerd.Option{containerd.WithLogger(a.log), containerd.WithDirectIngest(c.direct)}
+		if c.unpack {
+			copts = append(copts, containerd.WithUnpack(c.snapshotter))
+		}
+		cs, err := containerd.New(ctx, c.sock, copts...)
 		if err != nil {
 			return err
 		}
