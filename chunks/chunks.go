@@ -117,7 +117,7 @@ func (h *Hasher) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		k := min(int64(len(p)), h.chunkSize-h.fill)
-		h.h.Write(p[:k])
+		_, _ = h.h.Write(p[:k]) // hash.Hash's Write never returns an error
 		h.fill += k
 		h.size += k
 		p = p[k:]

@@ -140,8 +140,8 @@ func TestFormations(t *testing.T) {
 			}
 			require.Equal(t, want, jobOrder, "node steps in order: management nodes and the witness one at a time, then workers")
 			for pod, node := range before {
-				switch {
-				case pod == testNS+"/sequencer-a" || pod == testNS+"/sequencer-b" || pod == testNS+"/agent-"+node:
+				switch pod {
+				case testNS + "/sequencer-a", testNS + "/sequencer-b", testNS + "/agent-" + node:
 					require.NotContains(t, evictedWhile, pod, "pod %s must never be evicted", pod)
 				default:
 					require.Equal(t, node+":"+string(v1beta1.NodeCordoned), evictedWhile[pod], "pod %s evicted while its node %s was being drained", pod, node)
