@@ -36,8 +36,10 @@
 // Nodes that download the same ISO at the same time split the chunks among themselves by
 // rendezvous hashing over the members that advertise the ISO: a node fetches from the origin only
 // the chunks it owns, or chunks whose owner has left or stalled, and takes every other chunk from
-// whichever peer holds it as soon as the directory says so. With N nodes starting together the
-// origin sends about one copy of the ISO instead of N.
+// whichever peer holds it as soon as the directory says so. An owner is stalled only when the
+// directory shows no progress of it for a while and the owner itself, asked for its chunk list,
+// does not answer or lists no new chunk: the directory lags behind while many download at once.
+// With N nodes starting together the origin sends about one copy of the ISO instead of N.
 //
 // Imports: chunks, redact, Prometheus and the standard library's HTTP; never iso, repo, preload, acquire,
 // the sequencer, api or policy (boundary test), and never hashicorp/memberlist, which only

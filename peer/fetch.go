@@ -91,7 +91,9 @@ func WithOriginParallel(n int) FetchOption {
 func WithHedgeAfter(d time.Duration) FetchOption { return func(o *fetchOptions) { o.hedgeAfter = d } }
 
 // WithStallAfter sets how long a node waits for the owner of a chunk to fetch it from the origin
-// before fetching it itself (default 10s).
+// before fetching it itself (default 10s). The owner is deemed stalled only when neither the
+// directory nor the owner's own list of chunks, asked directly once the directory has been quiet
+// that long, shows a new chunk within it.
 func WithStallAfter(d time.Duration) FetchOption { return func(o *fetchOptions) { o.stallAfter = d } }
 
 // WithAvoidFor sets how long a peer that sent bad bytes or failed is avoided (default 1m; a peer
@@ -204,7 +206,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress
 	r := &run{f: f, req: req, iso: l, n: numChunks(l.size, l.chunkSize), progress: progress,
 		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
 		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
-		results: make(chan result, 64), start: time.Now(), membersChanged: time.Now()}
+		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now()}
 	return l, r.run(ctx)
 }
 
@@ -261,6 +263,8 @@ type run struct {
 	load     map[string]int
 	seen     map[string]*ownerSeen
 	results  chan result
+	probes   chan probeResult
+	probing  int // probes in flight
 
 	fromPeers, fromOrigin int64
 	lastMembers           int
@@ -271,9 +275,25 @@ type run struct {
 	bufs   sync.Pool
 }
 
+// ownerSeen is the progress of a member still downloading, as seen by this node: from the
+// directory, whose view lags behind when many members download at once, and from the member's own
+// answers to a probe of its chunk list.
 type ownerSeen struct {
-	held    int
-	changed time.Time
+	gossip  int       // chunks the directory showed last
+	held    int       // the most chunks seen held, by the directory or the member's answer
+	changed time.Time // when progress was seen last
+	probed  time.Time // when the member was probed last
+	probing bool
+	quiet   bool   // a probe found no progress since changed, or got no answer
+	chunks  Bitmap // the chunks the member's last answer listed
+}
+
+// probeResult is a member's answer to a probe of its chunk list.
+type probeResult struct {
+	member string
+	seen   *ownerSeen
+	list   ChunkList
+	err    error
 }
 
 type chunkList struct {
@@ -309,6 +329,9 @@ func (r *run) run(ctx context.Context) error {
 				<-r.results
 			}
 		}
+		for range r.probing {
+			<-r.probes
+		}
 	}()
 	hashed := make(chan error, 1)
 	kick := make(chan struct{}, 1)
@@ -328,6 +351,8 @@ func (r *run) run(ctx context.Context) error {
 			case kick <- struct{}{}:
 			default:
 			}
+		case p := <-r.probes:
+			r.finishProbe(p)
 		case err := <-hashed:
 			if err == nil {
 				return r.complete()
@@ -450,8 +475,20 @@ func (r *run) schedule(ctx context.Context) {
 		// that cannot give a chunk (avoided) will not fetch it either.
 		if h.ISO.Complete {
 			delete(r.seen, h.Member)
-		} else if s, ok := r.seen[h.Member]; !ok || s.held != h.ISO.Chunks.Count() {
-			r.seen[h.Member] = &ownerSeen{held: h.ISO.Chunks.Count(), changed: now}
+		} else if s, ok := r.seen[h.Member]; !ok {
+			n := h.ISO.Chunks.Count()
+			r.seen[h.Member] = &ownerSeen{gossip: n, held: n, changed: now}
+		} else {
+			if n := h.ISO.Chunks.Count(); n != s.gossip {
+				s.gossip, s.held, s.changed, s.quiet = n, max(s.held, n), now, false
+			}
+			// What the member answered itself is newer than the directory's view: its chunks can
+			// be fetched from it as they arrive.
+			if len(s.chunks) == len(h.ISO.Chunks) {
+				for i, b := range s.chunks {
+					h.ISO.Chunks[i] |= b
+				}
+			}
 		}
 		holders = append(holders, h)
 	}
@@ -494,7 +531,7 @@ func (r *run) schedule(ctx context.Context) {
 			continue
 		}
 		o := owner(c, parts)
-		if o == r.f.dir.Self() || r.stalled(o, now) {
+		if o == r.f.dir.Self() || r.stalled(ctx, o, addrs[o], now) {
 			r.f.log.Debug("fetch chunk from the origin", "chunk", c, "owner", o, "participants", len(parts), "members", len(addrs)+1)
 			r.startJob(ctx, c, originSource, "")
 			originBusy++
@@ -525,10 +562,70 @@ func fnvString(s string) uint64 {
 	return h.Sum64()
 }
 
-// stalled reports whether the owner of a chunk is gone or made no progress for stallAfter.
-func (r *run) stalled(name string, now time.Time) bool {
+// stalled reports whether the owner of a chunk is gone or made no progress for stallAfter. The
+// directory's view of a member lags behind while many download at once, so its silence alone
+// does not make a stalled owner: the owner is then asked for its chunk list (see probe), and
+// deemed stalled only when it does not answer, answers with an error, or shows no new chunk.
+// Until the first answer comes, the owner is given the benefit of the doubt.
+func (r *run) stalled(ctx context.Context, name, addr string, now time.Time) bool {
 	s, ok := r.seen[name]
-	return !ok || now.Before(r.avoid[name]) || now.Sub(s.changed) >= r.f.o.stallAfter
+	if !ok || now.Before(r.avoid[name]) {
+		return true
+	}
+	if now.Sub(s.changed) < r.f.o.stallAfter {
+		return false
+	}
+	if !s.probing && now.Sub(s.probed) >= r.probeEvery() {
+		r.probe(ctx, name, addr, s)
+	}
+	return s.quiet
+}
+
+// probeEvery is the least time between two probes of one member: a quarter of stallAfter, within
+// half a second and five seconds.
+func (r *run) probeEvery() time.Duration {
+	return min(max(r.f.o.stallAfter/4, 500*time.Millisecond), 5*time.Second)
+}
+
+// probe asks a member for its chunk list, in the background; finishProbe takes the answer.
+func (r *run) probe(ctx context.Context, name, addr string, s *ownerSeen) {
+	s.probing, s.probed = true, time.Now()
+	r.probing++
+	timeout := min(max(r.f.o.stallAfter, time.Second), 5*time.Second)
+	go func() {
+		list, err := r.fetchList(ctx, addr, timeout)
+		r.probes <- probeResult{member: name, seen: s, list: list, err: err}
+	}()
+}
+
+// finishProbe records a member's answer to a probe: progress when it lists more chunks than seen
+// before, and the chunks it lists, to be fetched from it. No answer, an error, or no new chunk
+// while the directory stays quiet too, and the member is stalled.
+func (r *run) finishProbe(p probeResult) {
+	r.probing--
+	p.seen.probing = false
+	if r.seen[p.member] != p.seen {
+		return // the member completed, or was seen anew, meanwhile
+	}
+	s, now := p.seen, time.Now()
+	if p.err != nil {
+		r.f.log.Debug("owner did not answer its chunk list", "peer", p.member, "err", p.err)
+		s.quiet = now.Sub(s.changed) >= r.f.o.stallAfter
+		return
+	}
+	chunks := NewBitmap(r.n)
+	for c, d := range p.list.Digests {
+		if p.list.Complete || d != "" {
+			chunks.Set(c)
+		}
+	}
+	s.chunks = chunks
+	if n := chunks.Count(); n > s.held {
+		s.held, s.changed, s.quiet = n, now, false
+	} else {
+		s.quiet = now.Sub(s.changed) >= r.f.o.stallAfter
+	}
+	r.keepList(p.member, p.list.Digests)
 }
 
 // pickPeer picks the least loaded, not avoided holder of chunk c other than not.
@@ -679,25 +776,57 @@ func (r *run) listDigest(ctx context.Context, member, addr string, c int) string
 		return ""
 	}
 	l.fetched = time.Now()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/v1/iso/"+r.req.SHA512+"/chunks", nil)
+	cl, err := r.fetchList(ctx, addr, 5*time.Second)
 	if err != nil {
-		return ""
-	}
-	r.f.authorize(req)
-	resp, err := r.f.o.client.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var cl ChunkList
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, int64(r.n)*80+1024)).Decode(&cl) != nil ||
-		len(cl.Digests) != r.n {
 		return ""
 	}
 	l.digests = cl.Digests
 	return cl.Digests[c]
+}
+
+// keepList keeps a member's chunk list, received in a probe, for vouching, unless a fetch of it
+// is in progress.
+func (r *run) keepList(member string, digests []string) {
+	r.listMu.Lock()
+	l := r.lists[member]
+	if l == nil {
+		l = &chunkList{}
+		r.lists[member] = l
+	}
+	r.listMu.Unlock()
+	if l.mu.TryLock() {
+		l.digests, l.fetched = digests, time.Now()
+		l.mu.Unlock()
+	}
+}
+
+// fetchList asks the member at addr for its chunk list of the ISO, within timeout.
+func (r *run) fetchList(ctx context.Context, addr string, timeout time.Duration) (ChunkList, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + addr + "/v1/iso/" + r.req.SHA512 + "/chunks"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return ChunkList{}, redact.Error(err)
+	}
+	r.f.authorize(req)
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		return ChunkList{}, redact.Error(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ChunkList{}, fmt.Errorf("GET %s: status %s", url, resp.Status)
+	}
+	var cl ChunkList
+	if err := json.NewDecoder(io.LimitReader(resp.Body, int64(r.n)*80+1024)).Decode(&cl); err != nil {
+		return ChunkList{}, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if len(cl.Digests) != r.n || cl.Size != r.iso.size || cl.ChunkSize != r.iso.chunkSize {
+		return ChunkList{}, fmt.Errorf("GET %s: a list of %d chunks of %d bytes for %d bytes, not %d of %d for %d",
+			url, len(cl.Digests), cl.ChunkSize, cl.Size, r.n, r.iso.chunkSize, r.iso.size)
+	}
+	return cl, nil
 }
 
 // getBuf returns a buffer of n bytes (at most a chunk) from the run's pool: chunks come and go
