@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -217,19 +216,11 @@ func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) error 
 // logged and left in the status for the sequencer: the repo keeps serving.
 func (a *Agent) preload(ctx context.Context, path string) {
 	err := func() error {
-		f, err := os.Open(path)
+		fsys, f, err := iso.OpenFile(path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		fsys, err := iso.Open(f, st.Size())
-		if err != nil {
-			return fmt.Errorf("open %s: %w", path, err)
-		}
 		p, err := preload.New(a.images, []preload.Source{preload.NewFSSource("iso", fsys)},
 			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()), preload.WithRetry(a.cfg.PreloadRetry, 0))
 		if err != nil {

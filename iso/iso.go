@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"time"
 	"unicode/utf16"
 )
@@ -387,4 +388,24 @@ func decodeUCS2(b []byte) string {
 		u[i] = binary.BigEndian.Uint16(b[2*i:])
 	}
 	return string(utf16.Decode(u))
+}
+
+// OpenFile opens the ISO 9660 image in the named file, as Open does. The returned file backs the
+// FS: the caller closes it when done with the FS. Errors name the file.
+func OpenFile(name string, opts ...Option) (*FS, *os.File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	fsys, err := Open(f, st.Size(), opts...)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return fsys, f, nil
 }

@@ -111,3 +111,33 @@ func requireSameAsSource(t *testing.T, fsys *iso.FS, src string) {
 	}))
 	require.Equal(t, count, fsys.Entries()+1, "entries in the source and the image")
 }
+
+func TestOpenFile(t *testing.T) {
+	t.Parallel()
+	src, image := fixtureImage(t, false, "-R", "-J")
+	notISO := filepath.Join(t.TempDir(), "not.iso")
+	require.NoError(t, os.WriteFile(notISO, make([]byte, 64<<10), 0o644))
+	tests := []struct {
+		name    string
+		path    string
+		wantErr string
+	}{
+		{name: "an image made by xorriso", path: image},
+		{name: "no such file", path: filepath.Join(t.TempDir(), "missing.iso"), wantErr: "no such file"},
+		{name: "not an image", path: notISO, wantErr: "open " + notISO},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fsys, f, err := iso.OpenFile(tc.path)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				require.Nil(t, f)
+				return
+			}
+			require.NoError(t, err)
+			defer f.Close()
+			requireSameFiles(t, fsys, src)
+		})
+	}
+}

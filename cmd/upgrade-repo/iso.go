@@ -95,7 +95,7 @@ type isoImage struct {
 }
 
 func isoOpen(name string) (*isoImage, error) {
-	f, err := os.Open(name)
+	fsys, f, err := iso.OpenFile(name)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +103,6 @@ func isoOpen(name string) (*isoImage, error) {
 	if err != nil {
 		f.Close()
 		return nil, err
-	}
-	fsys, err := iso.Open(f, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	return &isoImage{file: f, fsys: fsys, size: st.Size()}, nil
 }

@@ -84,19 +84,11 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 		meta    fs.FS
 	)
 	if *isoFile != "" {
-		f, err := os.Open(*isoFile)
+		fsys, f, err := iso.OpenFile(*isoFile)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		fsys, err := iso.Open(f, st.Size())
-		if err != nil {
-			return fmt.Errorf("open %s: %w", *isoFile, err)
-		}
 		meta = fsys
 		sources = append(sources, preload.NewFSSource("iso", fsys))
 	}
