@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -48,6 +49,19 @@ func TestAgentsWatchPlans(t *testing.T) {
 	was, err := c.cs.AppsV1().Deployments(c.namespace).GetScale(t.Context(), sequencer, metav1.GetOptions{})
 	require.NoError(t, err)
 	scale(t, c, sequencer, 0)
+	// A replica still terminating could write the plan's status after this test does.
+	eventually(t, 2*time.Minute, "no sequencer pod left", func(ctx context.Context) error {
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=sequencer,app.kubernetes.io/instance=" + c.release,
+		})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d sequencer pods", n)
+		}
+		return nil
+	})
 	// Deferred, not a Cleanup: the test's context, which the helpers use, is cancelled before
 	// Cleanup functions run.
 	defer func() {
@@ -89,10 +103,15 @@ func TestAgentsWatchPlans(t *testing.T) {
 		return took
 	}
 
-	require.NoError(t, c.cl.Get(t.Context(), client.ObjectKeyFromObject(plan), plan))
-	plan.Status.Phase = apiv1beta1.PhaseISODownloading
-	plan.Status.Agents = &apiv1beta1.AgentInstructions{ISOURL: originURL(c), ISOChecksum: planned, Hold: true}
-	require.NoError(t, c.cl.Status().Update(t.Context(), plan))
+	// Written again on a conflict: the API server may still add to a plan just created.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.cl.Get(t.Context(), client.ObjectKeyFromObject(plan), plan); err != nil {
+			return err
+		}
+		plan.Status.Phase = apiv1beta1.PhaseISODownloading
+		plan.Status.Agents = &apiv1beta1.AgentInstructions{ISOURL: originURL(c), ISOChecksum: planned, Hold: true}
+		return c.cl.Status().Update(t.Context(), plan)
+	}))
 	start := time.Now()
 	for node, d := range measure("the plan's instruction", start, func(s string) bool { return s == planned }) {
 		require.Less(t, d, instructionLatency, "the agent on %s acted on the plan after %s", node, d)
