@@ -759,13 +759,7 @@ func (r *run) vouch(ctx context.Context, c int, source string) ([]byte, bool) {
 // again when it does not cover c yet, at most once a second; concurrent callers wait for the
 // fetch in progress.
 func (r *run) listDigest(ctx context.Context, member, addr string, c int) string {
-	r.listMu.Lock()
-	l := r.lists[member]
-	if l == nil {
-		l = &chunkList{}
-		r.lists[member] = l
-	}
-	r.listMu.Unlock()
+	l := r.list(member)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -784,16 +778,22 @@ func (r *run) listDigest(ctx context.Context, member, addr string, c int) string
 	return cl.Digests[c]
 }
 
-// keepList keeps a member's chunk list, received in a probe, for vouching, unless a fetch of it
-// is in progress.
-func (r *run) keepList(member string, digests []string) {
+// list returns the chunk list kept for member, empty at first.
+func (r *run) list(member string) *chunkList {
 	r.listMu.Lock()
+	defer r.listMu.Unlock()
 	l := r.lists[member]
 	if l == nil {
 		l = &chunkList{}
 		r.lists[member] = l
 	}
-	r.listMu.Unlock()
+	return l
+}
+
+// keepList keeps a member's chunk list, received in a probe, for vouching, unless a fetch of it
+// is in progress.
+func (r *run) keepList(member string, digests []string) {
+	l := r.list(member)
 	if l.mu.TryLock() {
 		l.digests, l.fetched = digests, time.Now()
 		l.mu.Unlock()
