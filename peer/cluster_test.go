@@ -41,15 +41,22 @@ func testLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// origin serves one ISO over HTTP and counts the bytes it sends.
+// origin serves one ISO over HTTP and counts the bytes it sends: in sent those of the chunks, in
+// probes the requests for the first byte alone, which tell a fetcher the ISO's size.
 type origin struct {
-	srv  *httptest.Server
-	sent atomic.Int64
+	srv    *httptest.Server
+	sent   atomic.Int64
+	probes atomic.Int64
 }
 
 func newOrigin(t *testing.T, data []byte) *origin {
 	o := &origin{}
 	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") == "bytes=0-0" {
+			o.probes.Add(1)
+			http.ServeContent(w, r, "release.iso", time.Time{}, bytes.NewReader(data))
+			return
+		}
 		cw := &countWriter{ResponseWriter: w, n: &o.sent}
 		http.ServeContent(cw, r, "release.iso", time.Time{}, bytes.NewReader(data))
 	}))

@@ -52,6 +52,10 @@ type fetchOptions struct {
 	settle     time.Duration
 	idle       time.Duration
 	tick       time.Duration
+	attempts   int
+	initial    time.Duration
+	maxWait    time.Duration
+	every      time.Duration
 }
 
 // FetchOption configures a Fetcher.
@@ -117,8 +121,47 @@ func WithIdleTimeout(d time.Duration) FetchOption {
 	}
 }
 
+// WithRetry sets how a failing origin is retried: after a failed request no other is made for a
+// wait that starts at initial (default 1s) and doubles up to max (default 30s); a chunk that comes
+// starts it over. Once attempts failures in a row (default 10; 0 means no limit) brought nothing,
+// or once the origin refuses outright (ErrOriginRefused), Fetch gives up, unless peers still hold
+// chunks it lacks. With the defaults, a dead origin is given up after about two and a half
+// minutes; an origin that cuts every connection is followed to the end, as every request brings
+// bytes.
+func WithRetry(attempts int, initial, max time.Duration) FetchOption {
+	return func(o *fetchOptions) {
+		o.attempts, o.initial, o.maxWait = max0(attempts), initial, max
+	}
+}
+
+func max0(n int) int { return max(n, 0) }
+
+// WithProgressInterval sets how often the progress of a download is logged (default 5s).
+func WithProgressInterval(d time.Duration) FetchOption { return func(o *fetchOptions) { o.every = d } }
+
 // errIdle is the cause of a chunk request abandoned for want of bytes.
 var errIdle = errors.New("no byte received")
+
+// idleTimer cancels a request once it has gone d without a byte; idleBody restarts it.
+type idleTimer struct {
+	t *time.Timer
+	d time.Duration
+}
+
+func newIdleTimer(d time.Duration, cancel context.CancelCauseFunc) idleTimer {
+	return idleTimer{t: time.AfterFunc(d, func() { cancel(errIdle) }), d: d}
+}
+
+// Stop stops the timer.
+func (i idleTimer) Stop() { i.t.Stop() }
+
+// idleCause names the idle timeout as the cause of err when it cancelled ctx.
+func idleCause(ctx context.Context, d time.Duration, err error) error {
+	if errors.Is(context.Cause(ctx), errIdle) {
+		return fmt.Errorf("%w for %s", errIdle, d)
+	}
+	return err
+}
 
 // idleBody restarts its request's idle timer at every read that brings bytes.
 type idleBody struct {
@@ -143,9 +186,15 @@ func NewFetcher(log *slog.Logger, dir *Directory, members Membership, store *Sto
 	}
 	o := fetchOptions{client: &http.Client{}, chunkSize: DefaultChunkSize, parallel: 4, originPar: 2,
 		hedgeAfter: 5 * time.Second, stallAfter: 10 * time.Second, avoidFor: time.Minute,
-		settle: 3 * time.Second, idle: 30 * time.Second, tick: 200 * time.Millisecond}
+		settle: 3 * time.Second, idle: 30 * time.Second, tick: 200 * time.Millisecond,
+		attempts: 10, initial: time.Second, maxWait: 30 * time.Second, every: 5 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	o.initial = max(o.initial, time.Millisecond)
+	o.maxWait = max(o.maxWait, o.initial)
+	if o.every <= 0 {
+		o.every = 5 * time.Second
 	}
 	return &Fetcher{log: log, dir: dir, members: members, store: store, o: o}, nil
 }
@@ -171,43 +220,82 @@ type Progress struct {
 	FromOrigin int64 `json:"fromOrigin"`
 	// Verified is true once the sha512 of the whole ISO matched.
 	Verified bool `json:"verified"`
+	// OriginError is the origin's last failure while it is being retried, "" once it answers.
+	OriginError string `json:"originError,omitempty"`
 }
 
-// Fetch fills the ISO into req.Path and returns it once its sha512 is verified. A partial
-// download left by an earlier call is resumed. On error the partial download stays for the next
-// call; ErrVerification (wrapped) means the bytes could not be made to match the sha512.
+// Fetch fills the ISO into req.Path and returns it once its sha512 is verified. A verified copy
+// already at req.Path is reused, without hashing it when the record kept beside it says it is
+// unchanged; a copy that no longer verifies keeps the chunks that still match what was verified
+// and fetches the others. A partial download left by an earlier call is resumed. On error the
+// partial download stays for the next call, unless the bytes could not be made to match the
+// sha512 (ErrVerification, wrapped): then it is removed. An origin that refuses (ErrOriginRefused)
+// or keeps failing ends the fetch as WithRetry says.
 func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress)) (*LocalISO, error) {
 	if _, err := ParseChecksum(req.SHA512); err != nil {
 		return nil, fmt.Errorf("fetch ISO: %w", err)
+	}
+	if req.OriginURL != "" {
+		if err := CheckURL(req.OriginURL); err != nil {
+			return nil, fmt.Errorf("fetch ISO: %w", err)
+		}
 	}
 	if l, ok := f.store.ISO(req.SHA512); ok && l.Complete() {
 		return l, nil
 	}
 	if st, err := os.Stat(req.Path); err == nil && st.Mode().IsRegular() {
-		l, err := f.store.AddComplete(req.Path, req.SHA512, f.chunkSizeFor(req.SHA512))
-		if err == nil {
+		if l := f.openCached(req); l != nil {
 			return l, nil
-		}
-		f.log.Warn("cached ISO does not verify, fetching it again", "path", req.Path, "err", err)
-		if err := os.Remove(req.Path); err != nil {
-			return nil, fmt.Errorf("remove unverified ISO: %w", err)
 		}
 	}
 	l, ok := f.store.ISO(req.SHA512)
+	ranges := true
 	if !ok {
-		size, chunk, err := f.discover(ctx, req)
+		size, chunk, r, err := f.discover(ctx, req, progress)
 		if err != nil {
 			return nil, err
 		}
 		if l, err = f.store.openPartial(req.Path, req.SHA512, size, chunk); err != nil {
 			return nil, err
 		}
+		ranges = r
 	}
 	r := &run{f: f, req: req, iso: l, n: numChunks(l.size, l.chunkSize), progress: progress,
 		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
 		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
-		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now()}
+		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now(),
+		noRanges: !ranges, originWait: f.o.initial, lastLog: time.Now(), lastHeld: l.HeldBytes()}
 	return l, r.run(ctx)
+}
+
+// openCached publishes the copy at req.Path, or returns nil when it does not verify: it is then
+// turned into a partial download that keeps its intact chunks, or removed when no record tells
+// which they are (a copy that can be neither is left, and replaced once fetched).
+func (f *Fetcher) openCached(req Request) *LocalISO {
+	l, reused, err := f.store.openCached(req.Path, req.SHA512, f.chunkSizeFor(req.SHA512))
+	if err == nil {
+		if reused {
+			f.o.metrics.verified("reused")
+		} else {
+			f.o.metrics.verified("ok")
+		}
+		return l
+	}
+	f.o.metrics.verified("mismatch")
+	kept, serr := f.store.salvage(req.Path, req.SHA512)
+	switch {
+	case serr != nil:
+		f.log.Warn("cached ISO does not verify, fetching it again", "path", req.Path, "err", err, "salvage_err", serr)
+	case kept:
+		f.log.Warn("cached ISO does not verify, fetching again the chunks that changed since it was verified", "path", req.Path, "err", err)
+	default:
+		f.log.Warn("cached ISO does not verify, fetching it again", "path", req.Path, "err", err)
+		if rerr := os.Remove(req.Path); rerr != nil {
+			f.log.Warn("remove unverified ISO", "path", req.Path, "err", rerr)
+		}
+		_ = os.Remove(req.Path + ".json")
+	}
+	return nil
 }
 
 func (f *Fetcher) chunkSizeFor(sha string) int64 {
@@ -217,34 +305,47 @@ func (f *Fetcher) chunkSizeFor(sha string) int64 {
 	return f.o.chunkSize
 }
 
-// discover learns the ISO's size: from the origin when it answers, else from what peers
-// advertise (a wrong size from a peer only fails the final sha512).
-func (f *Fetcher) discover(ctx context.Context, req Request) (int64, int64, error) {
-	chunk := f.chunkSizeFor(req.SHA512)
-	var originErr error
-	if req.OriginURL != "" {
-		hreq, err := http.NewRequestWithContext(ctx, http.MethodHead, req.OriginURL, nil)
-		if err != nil {
-			return 0, 0, fmt.Errorf("origin URL %s: %w", redact.URL(req.OriginURL), redact.Error(err))
-		}
-		resp, err := f.o.client.Do(hreq)
-		err = redact.Error(err)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && resp.ContentLength > 0 {
-				return resp.ContentLength, chunk, nil
+// discover learns the ISO's size, and whether the origin serves ranges: from the origin when it
+// answers, else from what peers advertise (a wrong size from a peer only fails the final sha512).
+// A failing origin is retried as WithRetry says, as long as no peer holds the ISO.
+func (f *Fetcher) discover(ctx context.Context, req Request, progress func(Progress)) (size, chunk int64, ranges bool, err error) {
+	wait := f.o.initial
+	for attempt := 1; ; attempt++ {
+		chunk := f.chunkSizeFor(req.SHA512)
+		var originErr error
+		if req.OriginURL != "" {
+			info, err := f.probeOrigin(ctx, req.OriginURL)
+			if err == nil {
+				return info.size, chunk, info.ranges, nil
 			}
-			err = fmt.Errorf("HEAD %s: status %s, length %d", redact.URL(req.OriginURL), resp.Status, resp.ContentLength)
+			originErr = err
 		}
-		originErr = err
+		for _, h := range f.dir.ISOHolders(req.SHA512) {
+			return h.ISO.Size, h.ISO.ChunkSize, true, nil
+		}
+		if originErr == nil {
+			return 0, 0, false, fmt.Errorf("learn the ISO size of %.16s: no peer holds it and no origin URL is set: %w", req.SHA512, ErrNotFound)
+		}
+		if ctx.Err() != nil {
+			return 0, 0, false, fmt.Errorf("fetch ISO %.16s: %w", req.SHA512, ctx.Err())
+		}
+		if errors.Is(originErr, ErrOriginRefused) || f.o.attempts > 0 && attempt >= f.o.attempts {
+			return 0, 0, false, fmt.Errorf("learn the ISO size: no peer holds it and the origin failed %d times in a row: %w", attempt, originErr)
+		}
+		f.o.metrics.retried()
+		f.log.Warn("the origin failed, retrying", "attempt", attempt, "of", f.o.attempts, "in", wait, "err", originErr)
+		if progress != nil {
+			progress(Progress{OriginError: originErr.Error()})
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, 0, false, fmt.Errorf("fetch ISO %.16s: %w", req.SHA512, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, f.o.maxWait)
 	}
-	for _, h := range f.dir.ISOHolders(req.SHA512) {
-		return h.ISO.Size, h.ISO.ChunkSize, nil
-	}
-	if originErr != nil {
-		return 0, 0, fmt.Errorf("learn the ISO size: no peer holds it and the origin failed: %w", originErr)
-	}
-	return 0, 0, fmt.Errorf("learn the ISO size of %.16s: no peer holds it and no origin URL is set: %w", req.SHA512, ErrNotFound)
 }
 
 // run is the state of one Fetch; only its run goroutine touches the fields below mu-less.
@@ -269,6 +370,16 @@ type run struct {
 	fromPeers, fromOrigin int64
 	lastMembers           int
 	membersChanged        time.Time
+
+	noRanges       bool          // the origin answers with the whole ISO: it is read in order
+	originWait     time.Duration // the wait after the origin's next failure
+	originAt       time.Time     // no request to the origin starts before
+	originFails    int           // failures of the origin in a row
+	originFailedAt time.Time     // when the origin failed last
+	originErr      error         // its last failure, nil once it answers
+	originRefused  bool          // the origin refused for good (ErrOriginRefused)
+	lastLog        time.Time     // when progress was logged last
+	lastHeld       int64         // the bytes held then
 
 	listMu sync.Mutex
 	lists  map[string]*chunkList
@@ -309,6 +420,8 @@ type job struct {
 	started time.Time
 	cancel  context.CancelFunc
 	hedged  bool
+	stream  bool // reads the whole ISO in order from an origin without ranges; chunk -1
+	part    bool // a chunk the stream read: not in flight on its own
 }
 
 type result struct {
@@ -324,9 +437,15 @@ func (r *run) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
+		pending := 0
 		for _, js := range r.inflight {
-			for range js {
-				<-r.results
+			pending += len(js)
+		}
+		for pending > 0 {
+			if res := <-r.results; res.job.part {
+				r.putBuf(res.data)
+			} else {
+				pending--
 			}
 		}
 		for range r.probing {
@@ -351,6 +470,9 @@ func (r *run) run(ctx context.Context) error {
 			case kick <- struct{}{}:
 			default:
 			}
+			if err := r.gaveUp(); err != nil {
+				return err
+			}
 		case p := <-r.probes:
 			r.finishProbe(p)
 		case err := <-hashed:
@@ -369,8 +491,88 @@ func (r *run) run(ctx context.Context) error {
 			go r.hashInOrder(ctx, kick, hashed)
 		case <-changed:
 		case <-tick.C:
+			r.logProgress()
 		}
 	}
+}
+
+// logProgress logs how far the download is, every progress interval.
+func (r *run) logProgress() {
+	now := time.Now()
+	if now.Sub(r.lastLog) < r.f.o.every {
+		return
+	}
+	held := r.iso.HeldBytes()
+	rate := float64(held-r.lastHeld) / now.Sub(r.lastLog).Seconds()
+	r.lastLog, r.lastHeld = now, held
+	r.f.log.Info("download progress", "sha512", r.req.SHA512[:16], "held", held, "size", r.iso.size,
+		"from_peers", r.fromPeers, "from_origin", r.fromOrigin, "bytes_per_second", int64(rate))
+}
+
+// originFailed records a failed request to the origin: it is not asked again before a wait that
+// doubles with each failure in a row, and not at all once it refused for good. Requests that
+// started before the last failure fail for the same reason and do not count again.
+func (r *run) originFailed(j *job, err error) {
+	if errors.Is(err, errNoRanges) {
+		if !r.noRanges {
+			r.noRanges = true
+			r.f.log.Info("the origin does not serve ranges: reading the ISO from it whole, in order", "url", redact.URL(r.req.OriginURL))
+		}
+		return
+	}
+	now := time.Now()
+	if j.started.Before(r.originFailedAt) {
+		return
+	}
+	r.originFailedAt, r.originErr = now, err
+	r.originFails++
+	if errors.Is(err, ErrOriginRefused) {
+		r.originRefused = true
+		r.f.log.Error("the origin refused the download", "err", err)
+		return
+	}
+	r.f.o.metrics.retried()
+	r.f.log.Warn("fetch from the origin failed, retrying", "attempt", r.originFails, "of", r.f.o.attempts, "in", r.originWait, "err", err)
+	r.originAt = now.Add(r.originWait)
+	r.originWait = min(2*r.originWait, r.f.o.maxWait)
+}
+
+// originAnswered starts the count of failures and the wait over.
+func (r *run) originAnswered() {
+	r.originFails, r.originErr, r.originWait = 0, nil, r.f.o.initial
+}
+
+// gaveUp returns the error that ends the fetch once the origin refused, or failed the number of
+// times in a row WithRetry allows, while nothing is in flight and no live peer holds a chunk still
+// missing; nil while there is hope.
+func (r *run) gaveUp() error {
+	if !r.originRefused && (r.f.o.attempts == 0 || r.originFails < r.f.o.attempts) {
+		return nil
+	}
+	if len(r.inflight) > 0 {
+		return nil
+	}
+	live := map[string]bool{}
+	for _, m := range r.f.members.Members() {
+		live[m.Name] = m.Name != r.f.dir.Self()
+	}
+	for _, h := range r.f.dir.ISOHolders(r.req.SHA512) {
+		if !live[h.Member] || h.ISO.Size != r.iso.size || h.ISO.ChunkSize != r.iso.chunkSize {
+			continue
+		}
+		for c := range r.n {
+			if h.ISO.Has(c) && !r.iso.Has(c) {
+				return nil
+			}
+		}
+	}
+	held := r.iso.HeldBytes()
+	if r.originRefused {
+		return fmt.Errorf("fetch ISO %.16s: %d of %d bytes held (kept for the next attempt), no peer holds the rest: %w",
+			r.req.SHA512, held, r.iso.size, r.originErr)
+	}
+	return fmt.Errorf("fetch ISO %.16s: %d of %d bytes held (kept for the next attempt), no peer holds the rest, and the origin failed %d times in a row: %w",
+		r.req.SHA512, held, r.iso.size, r.originFails, r.originErr)
 }
 
 // complete moves the verified ISO into place.
@@ -389,8 +591,12 @@ func (r *run) report() {
 	if r.progress == nil {
 		return
 	}
-	r.progress(Progress{Size: r.iso.size, Held: r.iso.HeldBytes(), FromPeers: r.fromPeers,
-		FromOrigin: r.fromOrigin, Verified: r.iso.Complete()})
+	p := Progress{Size: r.iso.size, Held: r.iso.HeldBytes(), FromPeers: r.fromPeers,
+		FromOrigin: r.fromOrigin, Verified: r.iso.Complete()}
+	if r.originErr != nil {
+		p.OriginError = r.originErr.Error()
+	}
+	r.progress(p)
 }
 
 // hashInOrder hashes the file chunk by chunk as the contiguous prefix of held chunks grows, so
@@ -417,8 +623,8 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 		h.Write(buf[:m])
 		c++
 	}
-	if hex.EncodeToString(h.Sum(nil)) != r.req.SHA512 {
-		hashed <- ErrVerification
+	if got := hex.EncodeToString(h.Sum(nil)); got != r.req.SHA512 {
+		hashed <- fmt.Errorf("sha512 is %s, want %s: %w", got, r.req.SHA512, ErrVerification)
 		return
 	}
 	hashed <- nil
@@ -527,7 +733,15 @@ func (r *run) schedule(ctx context.Context) {
 			}
 			continue
 		}
-		if r.req.OriginURL == "" || !settled || originBusy >= r.f.o.originPar {
+		if r.req.OriginURL == "" || !settled || originBusy >= r.f.o.originPar || r.originRefused || now.Before(r.originAt) {
+			continue
+		}
+		if r.noRanges {
+			// One request reads the whole ISO, in order, whoever owns its chunks.
+			if len(r.inflight[-1]) == 0 {
+				r.startJob(ctx, -1, originSource, "")
+			}
+			originBusy = r.f.o.originPar
 			continue
 		}
 		o := owner(c, parts)
@@ -542,14 +756,14 @@ func (r *run) schedule(ctx context.Context) {
 		if busy+originBusy >= r.f.o.parallel+r.f.o.originPar+2 {
 			break
 		}
-		if len(js) != 1 || js[0].hedged || now.Sub(js[0].started) < r.f.o.hedgeAfter {
+		if c < 0 || len(js) != 1 || js[0].hedged || now.Sub(js[0].started) < r.f.o.hedgeAfter {
 			continue
 		}
 		js[0].hedged = true
 		if p := r.pickPeer(c, holders, js[0].source); p != "" {
 			r.startJob(ctx, c, p, addrs[p])
 			busy++
-		} else if r.req.OriginURL != "" && js[0].source != originSource {
+		} else if r.req.OriginURL != "" && js[0].source != originSource && !r.noRanges && !r.originRefused && !now.Before(r.originAt) {
 			r.startJob(ctx, c, originSource, "")
 			originBusy++
 		}
@@ -646,11 +860,16 @@ func (r *run) pickPeer(c int, holders []Holding, not string) string {
 
 func (r *run) startJob(ctx context.Context, c int, source, addr string) {
 	jctx, cancel := context.WithCancel(ctx)
-	j := &job{chunk: c, source: source, addr: addr, started: time.Now(), cancel: cancel}
+	j := &job{chunk: c, source: source, addr: addr, started: time.Now(), cancel: cancel, stream: c < 0}
 	r.inflight[c] = append(r.inflight[c], j)
 	r.load[source]++
 	go func() {
-		res := r.fetchChunk(jctx, j)
+		var res result
+		if j.stream {
+			res = r.stream(jctx, j)
+		} else {
+			res = r.fetchChunk(jctx, j)
+		}
 		res.job = j
 		r.results <- res
 	}()
@@ -661,23 +880,25 @@ func (r *run) startJob(ctx context.Context, c int, source, addr string) {
 func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	off := int64(j.chunk) * r.iso.chunkSize
 	n := r.iso.chunkLen(j.chunk)
-	url := r.req.OriginURL
-	peerReq := j.source != originSource
-	if peerReq {
-		url = "http://" + j.addr + "/v1/iso/" + r.req.SHA512
+	if j.source == originSource {
+		data := r.getBuf(n)
+		if err := r.fetchOriginChunk(ctx, j.chunk, off, data); err != nil {
+			r.putBuf(data)
+			return result{err: err}
+		}
+		return result{data: data, sum: sha256.Sum256(data)}
 	}
+	url := "http://" + j.addr + "/v1/iso/" + r.req.SHA512
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	idle := time.AfterFunc(r.f.o.idle, func() { cancel(errIdle) })
+	idle := newIdleTimer(r.f.o.idle, cancel)
 	defer idle.Stop()
 	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
 	if err != nil {
 		return result{err: redact.Error(err)}
 	}
 	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
-	if peerReq {
-		r.f.authorize(req)
-	}
+	r.f.authorize(req)
 	resp, err := r.f.o.client.Do(req)
 	if err != nil {
 		return result{err: redact.Error(err)}
@@ -687,17 +908,11 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		return result{err: fmt.Errorf("GET %s chunk %d: status %s", redact.URL(url), j.chunk, resp.Status)}
 	}
 	data := r.getBuf(n)
-	if _, err := io.ReadFull(idleBody{resp.Body, idle, r.f.o.idle}, data); err != nil {
+	if _, err := io.ReadFull(idleBody{resp.Body, idle.t, idle.d}, data); err != nil {
 		r.putBuf(data)
-		if errors.Is(context.Cause(hctx), errIdle) {
-			err = fmt.Errorf("%w for %s", errIdle, r.f.o.idle)
-		}
-		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, err)}
+		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, idleCause(hctx, r.f.o.idle, err))}
 	}
 	sum := sha256.Sum256(data)
-	if j.source == originSource {
-		return result{data: data, sum: sum}
-	}
 	want, vouched := r.vouch(ctx, j.chunk, j.source)
 	if !vouched {
 		return result{data: data, sum: sum, weak: true}
@@ -849,6 +1064,10 @@ func (r *run) finishJob(ctx context.Context, res result) {
 	if res.data != nil {
 		defer r.putBuf(res.data)
 	}
+	if j.part {
+		r.keep(j, res)
+		return
+	}
 	j.cancel()
 	r.load[j.source]--
 	js := r.inflight[j.chunk]
@@ -864,8 +1083,12 @@ func (r *run) finishJob(ctx context.Context, res result) {
 		r.inflight[j.chunk] = js
 	}
 	if res.err != nil {
-		if ctx.Err() != nil || r.iso.Has(j.chunk) {
+		if ctx.Err() != nil || !j.stream && r.iso.Has(j.chunk) {
 			return // cancelled, or a hedge lost the race
+		}
+		if j.source == originSource {
+			r.originFailed(j, res.err)
+			return
 		}
 		if res.bad {
 			r.f.o.metrics.failed("chunk")
@@ -873,11 +1096,20 @@ func (r *run) finishJob(ctx context.Context, res result) {
 			r.f.log.Warn("peer sent a bad chunk, avoiding it", "peer", j.source, "chunk", j.chunk, "err", res.err)
 			return
 		}
-		if j.source != originSource {
-			r.avoid[j.source] = time.Now().Add(r.f.o.avoidFor / 10)
-		}
-		r.f.log.Debug("chunk fetch failed", "source", sourceName(j.source), "chunk", j.chunk, "err", res.err)
+		r.avoid[j.source] = time.Now().Add(r.f.o.avoidFor / 10)
+		r.f.log.Debug("chunk fetch failed", "source", j.source, "chunk", j.chunk, "err", res.err)
 		return
+	}
+	if !j.stream { // a stream's chunks came on their own
+		r.keep(j, res)
+	}
+}
+
+// keep stores the verified bytes of a chunk that a job fetched, unless another job stored it
+// first, and cancels the other jobs fetching it.
+func (r *run) keep(j *job, res result) {
+	if j.source == originSource {
+		r.originAnswered()
 	}
 	if r.iso.Has(j.chunk) {
 		return
@@ -899,13 +1131,6 @@ func (r *run) finishJob(ctx context.Context, res result) {
 		r.fromPeers += int64(len(res.data))
 		r.f.o.metrics.fetched("peer", int64(len(res.data)))
 	}
-}
-
-func sourceName(s string) string {
-	if s == originSource {
-		return "origin"
-	}
-	return s
 }
 
 // maxRechecks bounds how many times the unvouched chunks are checked again against the holders
@@ -1012,10 +1237,10 @@ func (r *run) recheck(ctx context.Context) (confirmed, bad int, bySource map[str
 	return confirmed, bad, bySource
 }
 
-// resetAll forgets every chunk so that the next Fetch starts over.
+// resetAll removes the partial download, whose bytes cannot be made to match the sha512 it is
+// named by, so that the next Fetch starts over.
 func (r *run) resetAll() {
-	for c := range r.n {
-		r.iso.dropChunk(c)
+	if err := r.f.store.Remove(r.req.SHA512, true); err != nil {
+		r.f.log.Warn("remove the download that does not match its sha512", "err", err)
 	}
-	_ = r.iso.saveSidecar()
 }

@@ -18,6 +18,12 @@ type Metrics struct {
 	// VerificationFailures counts received content that failed verification, by kind
 	// ("chunk", or "iso" for a whole-ISO sha512 mismatch).
 	VerificationFailures *prometheus.CounterVec
+	// OriginRetries counts failed requests to the origin that were retried.
+	OriginRetries prometheus.Counter
+	// Verifications counts the checks of a whole ISO against its sha512 when it is fetched or
+	// found in the cache, by result ("ok", "mismatch", or "reused" for a cached copy whose record
+	// says it is unchanged since it was verified).
+	Verifications *prometheus.CounterVec
 	// GossipSentBytes counts the bytes the gossip layer sent, by transport ("packet" for UDP:
 	// probes, gossip and directory deltas; "stream" for TCP: full-state exchanges).
 	GossipSentBytes *prometheus.CounterVec
@@ -41,11 +47,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		VerificationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_verification_failures_total", Help: "Received content that failed verification, by kind.",
 		}, []string{"kind"}),
+		OriginRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "upgrade_repo_peer_origin_retries_total", Help: "Failed requests to the origin that were retried.",
+		}),
+		Verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "upgrade_repo_peer_iso_verifications_total", Help: "Checks of a whole ISO against its sha512, by result (ok, mismatch, reused).",
+		}, []string{"result"}),
 		GossipSentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_gossip_sent_bytes_total", Help: "Bytes the gossip layer sent, by transport (packet, stream).",
 		}, []string{"transport"}),
 	}
-	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.VerificationFailures, m.GossipSentBytes} {
+	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.VerificationFailures, m.OriginRetries, m.Verifications, m.GossipSentBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -68,6 +80,18 @@ func (m *Metrics) served(kind string, n int64) {
 func (m *Metrics) failed(kind string) {
 	if m != nil {
 		m.VerificationFailures.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) retried() {
+	if m != nil {
+		m.OriginRetries.Inc()
+	}
+}
+
+func (m *Metrics) verified(result string) {
+	if m != nil {
+		m.Verifications.WithLabelValues(result).Inc()
 	}
 }
 

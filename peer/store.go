@@ -75,7 +75,7 @@ func (s *Store) add(l *LocalISO) {
 
 // AddComplete opens the ISO file at path, checks that its sha512 is want (a hex digest), computes
 // its chunk digests and publishes it as complete. It returns ErrVerification (wrapped) when the
-// sha512 differs.
+// sha512 differs. It writes nothing beside the file: the file is the caller's, not a cache's.
 func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, error) {
 	if chunkSize <= 0 {
 		chunkSize = DefaultChunkSize
@@ -120,12 +120,89 @@ func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, erro
 	for c := range n {
 		l.held.Set(c)
 	}
-	if err := l.guard(); err != nil {
+	if err := l.guard(true); err != nil {
 		f.Close()
 		return nil, err
 	}
 	s.add(l)
 	return l, nil
+}
+
+// openCached publishes the verified ISO of a cache at path. When the record kept beside it says
+// that this very file (same size, times and inode) was verified with sha512 want in chunks of
+// chunkSize, it is not hashed again (reused true): its chunks are checked against the recorded
+// digests as they are first served. Otherwise it is hashed as AddComplete does, and the record
+// written anew.
+func (s *Store) openCached(path, want string, chunkSize int64) (l *LocalISO, reused bool, err error) {
+	if chunkSize <= 0 {
+		chunkSize = DefaultChunkSize
+	}
+	if l, err := s.reuse(path, want, chunkSize); err != nil || l != nil {
+		return l, l != nil, err
+	}
+	if l, err = s.AddComplete(path, want, chunkSize); err != nil {
+		return nil, false, err
+	}
+	if err := l.saveVerified(); err != nil {
+		s.o.log.Warn("record the verified ISO, it will be hashed again at the next start", "path", path, "err", err)
+	}
+	return l, false, nil
+}
+
+// reuse returns the ISO at path published as verified, without hashing it, when its record says
+// it was verified as it is now; nil when it must be hashed.
+func (s *Store) reuse(path, want string, chunkSize int64) (*LocalISO, error) {
+	sc, ok := readSidecar(path + ".json")
+	if !ok || sc.Verified == nil || sc.SHA512 != want || sc.ChunkSize != chunkSize {
+		return nil, nil
+	}
+	sums, err := chunks.ParseHex(sc.Size, sc.ChunkSize, sc.Digests)
+	if err != nil || numChunks(sc.Size, chunkSize) > maxChunks {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ISO: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil || chunks.StampOf(st) != *sc.Verified || st.Size() != sc.Size {
+		f.Close()
+		return nil, nil
+	}
+	n := numChunks(sc.Size, chunkSize)
+	l := &LocalISO{store: s, sha512: want, size: sc.Size, chunkSize: chunkSize, path: path, f: f,
+		held: NewBitmap(n), digests: sums.Digests, complete: true}
+	for c := range n {
+		l.held.Set(c)
+	}
+	if err := l.guard(false); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.o.log.Info("reusing verified ISO, its chunks are checked as they are served", "path", path, "size", sc.Size)
+	s.add(l)
+	return l, nil
+}
+
+// salvage turns the cached ISO at path, which no longer matches its sha512, into a partial download
+// that keeps every chunk still matching the digest recorded when the file was verified: the next
+// fetch takes only the changed chunks again. It reports false, and changes nothing, when no such
+// record is kept.
+func (s *Store) salvage(path, sha512 string) (bool, error) {
+	sc, ok := readSidecar(path + ".json")
+	if !ok || sc.SHA512 != sha512 || sc.ChunkSize <= 0 || len(sc.Digests) != numChunks(sc.Size, sc.ChunkSize) {
+		return false, nil
+	}
+	sc.Verified = nil
+	partial := path + ".partial"
+	if err := writeSidecar(partial+".json", sc); err != nil {
+		return false, err
+	}
+	if err := os.Rename(path, partial); err != nil {
+		return false, fmt.Errorf("keep the intact chunks of %s: %w", path, err)
+	}
+	_ = os.Remove(path + ".json")
+	return true, nil
 }
 
 // LocalISO is one ISO on this node's disk, complete or being filled chunk by chunk. Its methods
@@ -240,13 +317,17 @@ func (l *LocalISO) Check(off, n int64) error {
 	return nil
 }
 
-// guard makes the Verifier of a complete ISO whose chunks were all just verified.
-func (l *LocalISO) guard() error {
+// guard makes the Verifier of a complete ISO: with verified, its chunks were all just hashed;
+// without, each is checked the first time it is served.
+func (l *LocalISO) guard(verified bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sums := chunks.Sums{Size: l.size, ChunkSize: l.chunkSize, Digests: l.digests}
-	v, err := chunks.NewVerifier(l.f, l.path, sums, chunks.WithVerified(), chunks.WithLogger(l.store.o.log),
-		chunks.WithOnDamage(l.damaged))
+	opts := []chunks.Option{chunks.WithLogger(l.store.o.log), chunks.WithOnDamage(l.damaged)}
+	if verified {
+		opts = append(opts, chunks.WithVerified())
+	}
+	v, err := chunks.NewVerifier(l.f, l.path, sums, opts...)
 	if err != nil {
 		return fmt.Errorf("ISO %.16s: %w", l.sha512, err)
 	}
@@ -264,8 +345,16 @@ func (l *LocalISO) damaged(d *chunks.DamageError) {
 		l.held.Clear(d.Chunk)
 	}
 	l.complete = false
+	path := l.path
 	l.mu.Unlock()
 	l.publish()
+	// The next start must hash the file again, not trust the record of its verification.
+	if sc, ok := readSidecar(path + ".json"); ok && sc.Verified != nil {
+		sc.Verified = nil
+		if err := writeSidecar(path+".json", sc); err != nil {
+			l.store.o.log.Warn("forget that the damaged ISO was verified", "path", path, "err", err)
+		}
+	}
 	if f := l.store.o.onDamage; f != nil {
 		f(l.sha512, d)
 	}
@@ -293,10 +382,8 @@ func (l *LocalISO) publish() {
 // was verified, logs each chunk that differs and returns them for an error message ("" when no
 // record fits).
 func (s *Store) changedChunks(path, sha512 string, size, chunkSize int64, now [][sha256.Size]byte) string {
-	var sc sidecar
-	b, err := os.ReadFile(path + ".json")
-	if err != nil || json.Unmarshal(b, &sc) != nil || sc.SHA512 != sha512 || sc.Size != size ||
-		sc.ChunkSize != chunkSize || len(sc.Digests) != len(now) {
+	sc, ok := readSidecar(path + ".json")
+	if !ok || sc.SHA512 != sha512 || sc.Size != size || sc.ChunkSize != chunkSize || len(sc.Digests) != len(now) {
 		return ""
 	}
 	var out []string
@@ -312,12 +399,45 @@ func (s *Store) changedChunks(path, sha512 string, size, chunkSize int64, now []
 	return strings.Join(out, ", ")
 }
 
-// sidecar is the state of a partial download kept beside it, so that a restart resumes.
+// sidecar is the record kept beside an ISO file. Beside a partial download (<path>.partial.json)
+// it holds the digests of the chunks held, so that a restart resumes. Beside a verified ISO
+// (<path>.json) it holds the digests of every chunk and the Stamp of the file as it was verified,
+// so that an unchanged file is not hashed again at the next start, and a changed one is named
+// chunk by chunk and keeps its intact chunks.
 type sidecar struct {
 	SHA512    string   `json:"sha512"`
 	Size      int64    `json:"size"`
 	ChunkSize int64    `json:"chunkSize"`
 	Digests   []string `json:"digests"`
+	// Verified is the Stamp of the file whose sha512 was verified: absent beside a partial
+	// download, and removed once a chunk of the file is found damaged.
+	Verified *chunks.Stamp `json:"verified,omitempty"`
+}
+
+// readSidecar reads the record at p; false when there is none or it cannot be read.
+func readSidecar(p string) (sidecar, bool) {
+	var sc sidecar
+	b, err := os.ReadFile(p)
+	if err != nil || json.Unmarshal(b, &sc) != nil {
+		return sidecar{}, false
+	}
+	return sc, true
+}
+
+// writeSidecar replaces the record at p, atomically.
+func writeSidecar(p string, sc sidecar) error {
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return fmt.Errorf("encode download state: %w", err)
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("save download state: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("save download state: %w", err)
+	}
+	return nil
 }
 
 // openPartial opens (or creates) the partial download of an ISO at path+".partial". Chunks that a
@@ -338,8 +458,7 @@ func (s *Store) openPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 	}
 	l := &LocalISO{store: s, sha512: sha512, size: size, chunkSize: chunkSize, path: ppath, f: f,
 		held: NewBitmap(n), digests: make([][sha256.Size]byte, n)}
-	var sc sidecar
-	if b, err := os.ReadFile(ppath + ".json"); err == nil && json.Unmarshal(b, &sc) == nil &&
+	if sc, ok := readSidecar(ppath + ".json"); ok &&
 		sc.SHA512 == sha512 && sc.Size == size && sc.ChunkSize == chunkSize && len(sc.Digests) == n {
 		buf := make([]byte, chunkSize)
 		for c, d := range sc.Digests {
@@ -386,20 +505,19 @@ func (l *LocalISO) dropChunk(c int) {
 }
 
 func (l *LocalISO) saveSidecar() error {
-	sc := sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize}
-	sc.Digests = l.ChunkDigests()
-	b, err := json.Marshal(sc)
+	return writeSidecar(l.Path()+".json", sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize, Digests: l.ChunkDigests()})
+}
+
+// saveVerified records beside a complete ISO, just verified, the digests of its chunks and the
+// Stamp of its file.
+func (l *LocalISO) saveVerified() error {
+	st, err := l.File().Stat()
 	if err != nil {
-		return fmt.Errorf("encode download state: %w", err)
+		return fmt.Errorf("record verified ISO: %w", err)
 	}
-	tmp := l.path + ".json.tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("save download state: %w", err)
-	}
-	if err := os.Rename(tmp, l.path+".json"); err != nil {
-		return fmt.Errorf("save download state: %w", err)
-	}
-	return nil
+	stamp := chunks.StampOf(st)
+	return writeSidecar(l.Path()+".json", sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize,
+		Digests: l.ChunkDigests(), Verified: &stamp})
 }
 
 // finish marks the ISO complete after its sha512 was verified and moves it to its final path.
@@ -415,13 +533,14 @@ func (l *LocalISO) finish(final string) error {
 	l.path = final
 	l.complete = true
 	l.mu.Unlock()
-	// The chunk digests stay beside the verified ISO, so that a copy found changed at the next
-	// start is named chunk by chunk; Remove deletes them with the ISO.
-	if err := l.saveSidecar(); err != nil {
+	// The chunk digests stay beside the verified ISO with the file's Stamp, so that an unchanged
+	// copy is not hashed at the next start and a changed one is named chunk by chunk; Remove
+	// deletes them with the ISO.
+	if err := l.saveVerified(); err != nil {
 		return err
 	}
 	_ = os.Remove(partial + ".json")
-	if err := l.guard(); err != nil {
+	if err := l.guard(true); err != nil {
 		return err
 	}
 	l.publish()

@@ -1,0 +1,231 @@
+package peer
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/redact"
+)
+
+// ErrOriginRefused marks an answer of the origin that asking again cannot change: the URL is not
+// http(s), the ISO is not there (404), access is denied (401, 403), or its size is not the one
+// the download started with (416).
+var ErrOriginRefused = errors.New("the origin refused")
+
+// CheckURL reports whether raw can be an ISO's origin: an absolute http or https URL with a host.
+// Any other scheme (ftp, file) would only fail again and again; it is refused at once. The error
+// quotes the URL redacted and wraps ErrOriginRefused.
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("ISO URL %s: %w: %w", redact.URL(raw), redact.Error(err), ErrOriginRefused)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("ISO URL %s: want an http or https URL with a host: %w", redact.URL(raw), ErrOriginRefused)
+	}
+	return nil
+}
+
+// statusError is the error of an origin's answer with an unexpected status; 4xx answers other
+// than 408 (timeout) and 429 (too many requests) wrap ErrOriginRefused.
+func statusError(what string, resp *http.Response) error {
+	err := fmt.Errorf("%s: status %s", what, resp.Status)
+	if c := resp.StatusCode; c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
+		err = fmt.Errorf("%w: %w", err, ErrOriginRefused)
+	}
+	return err
+}
+
+// originInfo is what the first answer of the origin tells.
+type originInfo struct {
+	size   int64
+	ranges bool // the origin answers Range requests with 206
+}
+
+// probeOrigin asks the origin for the ISO's first byte, which tells its size and whether it serves
+// ranges; a GET, as an origin that signs its URLs for one method may refuse a HEAD.
+func (f *Fetcher) probeOrigin(ctx context.Context, origin string) (originInfo, error) {
+	if err := CheckURL(origin); err != nil {
+		return originInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(f.o.idle, 0))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, origin, nil)
+	if err != nil {
+		return originInfo{}, fmt.Errorf("origin %s: %w: %w", redact.URL(origin), redact.Error(err), ErrOriginRefused)
+	}
+	req.Header.Set("Range", "bytes=0-0")
+	resp, err := f.o.client.Do(req)
+	if err != nil {
+		return originInfo{}, fmt.Errorf("origin %s: %w", redact.URL(origin), redact.Error(err))
+	}
+	defer resp.Body.Close()
+	what := "GET " + redact.URL(origin)
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		_, _, size, err := parseContentRange(resp.Header.Get("Content-Range"))
+		if err != nil || size <= 0 {
+			return originInfo{}, fmt.Errorf("%s: Content-Range %q does not give the size", what, resp.Header.Get("Content-Range"))
+		}
+		return originInfo{size: size, ranges: true}, nil
+	case http.StatusOK:
+		if resp.ContentLength <= 0 {
+			return originInfo{}, fmt.Errorf("%s: no Content-Length and no range support: the size cannot be known", what)
+		}
+		return originInfo{size: resp.ContentLength}, nil
+	}
+	return originInfo{}, statusError(what, resp)
+}
+
+// parseContentRange parses "bytes START-END/SIZE" or "bytes */SIZE"; unknown parts are -1.
+func parseContentRange(s string) (start, end, size int64, err error) {
+	bad := fmt.Errorf("invalid Content-Range %q", s)
+	rest, ok := strings.CutPrefix(s, "bytes ")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	rng, total, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	size = -1
+	if total != "*" {
+		if size, err = strconv.ParseInt(total, 10, 64); err != nil || size < 0 {
+			return 0, 0, 0, bad
+		}
+	}
+	start, end = -1, -1
+	if rng != "*" {
+		a, b, ok := strings.Cut(rng, "-")
+		if !ok {
+			return 0, 0, 0, bad
+		}
+		if start, err = strconv.ParseInt(a, 10, 64); err != nil || start < 0 {
+			return 0, 0, 0, bad
+		}
+		if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
+			return 0, 0, 0, bad
+		}
+	}
+	return start, end, size, nil
+}
+
+// errNoRanges is the cause of a chunk request that the origin answered with the whole ISO.
+var errNoRanges = errors.New("the origin does not serve ranges")
+
+// fetchOriginChunk reads the n bytes at off from the origin into data. A response cut short is
+// resumed where it stopped, as long as each request brings bytes: an origin that cuts every
+// connection is followed to the end of the chunk. It returns errNoRanges (wrapped) when the origin
+// answers with the whole ISO.
+func (r *run) fetchOriginChunk(ctx context.Context, c int, off int64, data []byte) error {
+	url := r.req.OriginURL
+	got := 0
+	for {
+		err := r.originRange(ctx, url, off+int64(got), data[got:], &got)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || errors.Is(err, errNoRanges) || errors.Is(err, ErrOriginRefused) || !errors.Is(err, errCut) {
+			return fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), c, err)
+		}
+		// Cut after bytes came: ask for the rest.
+	}
+}
+
+// errCut is the cause of a response that ended, or stalled, after it brought bytes.
+var errCut = errors.New("response cut short")
+
+// originRange reads len(dst) bytes at off from url into dst, adding to *got what it read. An error
+// after bytes were read wraps errCut.
+func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte, got *int) error {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := newIdleTimer(r.f.o.idle, cancel)
+	defer idle.Stop()
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)
+	}
+	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+int64(len(dst))-1, 10))
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		return idleCause(hctx, r.f.o.idle, redact.Error(err))
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+	case http.StatusOK:
+		return errNoRanges
+	default:
+		return statusError("status", resp)
+	}
+	if start, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err != nil || start != off || size >= 0 && size != r.iso.size {
+		return fmt.Errorf("unexpected Content-Range %q for bytes from %d of %d: %w", resp.Header.Get("Content-Range"), off, r.iso.size, ErrOriginRefused)
+	}
+	n, err := io.ReadFull(idleBody{resp.Body, idle.t, idle.d}, dst)
+	*got += n
+	if err != nil {
+		err = idleCause(hctx, r.f.o.idle, err)
+		if n > 0 {
+			return fmt.Errorf("%w after %d bytes: %w", errCut, n, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// stream reads the whole ISO from an origin that does not serve ranges, in order, and hands every
+// chunk not held yet to the run as the result of a job of its own (part of the stream). It
+// returns the stream's own result once the body ends, fails or ctx ends.
+func (r *run) stream(ctx context.Context, j *job) result {
+	url := r.req.OriginURL
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := newIdleTimer(r.f.o.idle, cancel)
+	defer idle.Stop()
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	if err != nil {
+		return result{err: fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)}
+	}
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		return result{err: fmt.Errorf("GET %s: %w", redact.URL(url), idleCause(hctx, r.f.o.idle, redact.Error(err)))}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return result{err: statusError("GET "+redact.URL(url), resp)}
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != r.iso.size {
+		return result{err: fmt.Errorf("GET %s: %d bytes, the download started with %d: %w", redact.URL(url), resp.ContentLength, r.iso.size, ErrOriginRefused)}
+	}
+	body := idleBody{resp.Body, idle.t, idle.d}
+	for c := range r.n {
+		n := r.iso.chunkLen(c)
+		if r.iso.Has(c) {
+			if _, err := io.CopyN(io.Discard, body, n); err != nil {
+				return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, idleCause(hctx, r.f.o.idle, err))}
+			}
+			continue
+		}
+		data := r.getBuf(n)
+		if _, err := io.ReadFull(body, data); err != nil {
+			r.putBuf(data)
+			return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, idleCause(hctx, r.f.o.idle, err))}
+		}
+		part := &job{chunk: c, source: originSource, started: j.started, cancel: func() {}, part: true}
+		select {
+		case r.results <- result{job: part, data: data, sum: sha256.Sum256(data)}:
+		case <-ctx.Done():
+			r.putBuf(data)
+			return result{err: ctx.Err()}
+		}
+	}
+	return result{}
+}
