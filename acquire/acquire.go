@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
+	"path/filepath"
+	"sync"
 
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
 // Source says where an ISO comes from: a local Path, or a URL with its Checksum and the
@@ -22,7 +25,8 @@ type Source struct {
 	Checksum Checksum
 	// CacheDir is where a downloaded ISO is kept; required with URL.
 	CacheDir string
-	// Client is the HTTP client for URL (default http.DefaultClient).
+	// Client is the HTTP client for URL (default: one without an overall timeout; a response
+	// that stops bringing bytes is abandoned and resumed).
 	Client *http.Client
 }
 
@@ -38,49 +42,106 @@ func (s Source) Validate() error {
 	case s.URL != "" && s.CacheDir == "":
 		return errors.New("an ISO URL needs a cache directory")
 	case s.URL != "":
-		return CheckURL(s.URL)
+		return peer.CheckURL(s.URL)
 	}
 	return nil
 }
 
-// CheckURL reports whether raw can be an ISO's origin: an absolute http or https URL with a
-// host. Any other scheme (ftp, file) would only fail again and again; it is refused at once.
-// The error quotes the URL redacted.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("ISO URL %s: %w", redact.URL(raw), redact.Error(err))
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("ISO URL %s: want an http or https URL with a host", redact.URL(raw))
-	}
-	return nil
+// Option configures Acquire.
+type Option func(*options)
+
+type options struct {
+	log     *slog.Logger
+	metrics *peer.Metrics
+	fetch   []peer.FetchOption
 }
 
-// Acquire returns the path of a verified local copy of the ISO of src: the file itself for a
-// Path, the cache's copy for a URL (downloaded, resumed, verified as needed).
-func Acquire(ctx context.Context, src Source, opts ...Option) (string, error) {
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithMetrics sets the metrics the download records into (default: none).
+func WithMetrics(m *peer.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithFetchOptions adds options of the download (retry policy, timeouts, progress interval).
+func WithFetchOptions(opts ...peer.FetchOption) Option {
+	return func(o *options) { o.fetch = append(o.fetch, opts...) }
+}
+
+// Verified is a verified local copy of an ISO.
+type Verified struct {
+	// Path is the file.
+	Path string
+	// Verifier checks each chunk of the file against the digests it was verified with before it
+	// is served; nil for a local file given without a checksum.
+	Verifier *chunks.Verifier
+
+	close func() error
+}
+
+// Close closes what the copy holds open.
+func (v Verified) Close() error {
+	if v.close == nil {
+		return nil
+	}
+	return v.close()
+}
+
+// lone is the name of the only member of the node-local ring a URL is fetched with.
+const lone = "serve"
+
+// Acquire returns a verified local copy of the ISO of src: the file itself for a Path, the
+// cache's copy for a URL (downloaded, resumed, reused or verified as needed). A chunk of the copy
+// found damaged while it is served is logged and refused from then on.
+func Acquire(ctx context.Context, src Source, opts ...Option) (Verified, error) {
 	if err := src.Validate(); err != nil {
-		return "", fmt.Errorf("acquire: %w", err)
+		return Verified{}, fmt.Errorf("acquire: %w", err)
+	}
+	o := options{log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	if src.Path != "" {
 		fi, err := os.Stat(src.Path)
 		if err != nil {
-			return "", fmt.Errorf("acquire: %w", err)
+			return Verified{}, fmt.Errorf("acquire: %w", err)
 		}
 		if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("acquire: %s is not a regular file", src.Path)
+			return Verified{}, fmt.Errorf("acquire: %s is not a regular file", src.Path)
 		}
-		if !src.Checksum.IsZero() {
-			if err := Verify(ctx, src.Path, src.Checksum); err != nil {
-				return "", fmt.Errorf("acquire: %w", err)
-			}
+		if src.Checksum.IsZero() {
+			return Verified{Path: src.Path}, nil
 		}
-		return src.Path, nil
+	} else if err := os.MkdirAll(src.CacheDir, 0o755); err != nil {
+		return Verified{}, fmt.Errorf("acquire: cache %w", err)
 	}
-	c, err := NewCache(src.CacheDir, opts...)
-	if err != nil {
-		return "", fmt.Errorf("acquire: %w", err)
+	dir := peer.NewDirectory(lone)
+	var once sync.Once
+	store := peer.NewStore(dir, peer.WithStoreLogger(o.log), peer.WithOnDamage(func(string, *chunks.DamageError) {
+		once.Do(func() {
+			o.log.Error("the ISO is damaged on disk: its damaged chunks are refused; restart to verify it again and fetch what changed")
+		})
+	}))
+	var l *peer.LocalISO
+	if src.Path != "" {
+		var err error
+		if l, err = store.AddComplete(src.Path, src.Checksum.Hex(), peer.DefaultChunkSize); err != nil {
+			return Verified{}, fmt.Errorf("acquire: %w", err)
+		}
+	} else {
+		fopts := []peer.FetchOption{peer.WithMetrics(o.metrics), peer.WithSettle(0)}
+		if src.Client != nil {
+			fopts = append(fopts, peer.WithHTTPClient(src.Client))
+		}
+		f, err := peer.NewFetcher(o.log, dir, &peer.StaticMembers{Local: lone, List: []peer.Member{{Name: lone}}}, store,
+			append(fopts, o.fetch...)...)
+		if err != nil {
+			return Verified{}, fmt.Errorf("acquire: %w", err)
+		}
+		req := peer.Request{SHA512: src.Checksum.Hex(), OriginURL: src.URL, Path: filepath.Join(src.CacheDir, src.Checksum.Hex()+".iso")}
+		if l, err = f.Fetch(ctx, req, nil); err != nil {
+			_ = store.Remove(req.SHA512, false)
+			return Verified{}, fmt.Errorf("acquire: %w", err)
+		}
 	}
-	return c.Get(ctx, src.Checksum, &HTTPFetcher{URL: src.URL, Client: src.Client})
+	return Verified{Path: l.Path(), Verifier: l.Verifier(), close: l.Close}, nil
 }

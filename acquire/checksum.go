@@ -13,9 +13,6 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
-// ErrChecksumMismatch is returned when content does not have the checksum it should have.
-var ErrChecksumMismatch = errors.New("checksum mismatch")
-
 // Checksum is the expected digest of an ISO. Only sha512 is supported, as release Versions use it.
 type Checksum struct {
 	sum []byte
@@ -78,16 +75,4 @@ func Sum(ctx context.Context, path string, progress func(done int64)) (Checksum,
 		}
 	}
 	return Checksum{sum: h.Sum(nil)}, nil
-}
-
-// Verify checks that the file at path has checksum want; a mismatch is ErrChecksumMismatch.
-func Verify(ctx context.Context, path string, want Checksum) error {
-	got, err := Sum(ctx, path, nil)
-	if err != nil {
-		return err
-	}
-	if !got.Equal(want) {
-		return fmt.Errorf("verify %s: %w: want %s, got %s", path, ErrChecksumMismatch, want, got)
-	}
-	return nil
 }

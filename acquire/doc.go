@@ -1,13 +1,15 @@
-// Package acquire puts a release ISO into a local cache, verified: it downloads the ISO into a
-// .partial file, resumes an interrupted download where it stopped, retries a dead origin with a
-// bounded backoff, verifies the sha512 before the file is used, renames it into place atomically
-// and reuses a verified copy on the next start without hashing it again (a small marker file
-// records the size, modification time and checksum that were verified).
+// Package acquire puts the release ISO that "upgrade-repo serve" is given on local disk,
+// verified. A local file is used in place, checked against its sha512 when one is given. An ISO
+// URL is fetched into a cache directory by peer.Fetcher, the same chunked, resumable, verified
+// download that every agent runs, here on a node of its own, without peers: one cache format
+// (the ISO named by its sha512, a partial download beside it with the digests of its chunks, and
+// once verified a record that lets the next start reuse it without hashing it again), one retry
+// policy, one checksum parser (peer.ParseChecksum).
 //
-// Where the bytes come from is a Fetcher: HTTPFetcher, the origin URL, is the default; other
-// sources (peers serving ranges in parallel) implement the same interface and reuse the Cache's
-// resume, verification, rename and reuse logic unchanged.
+// Every byte of a verified copy is checked against the digests of its chunks before it is
+// served (see package chunks); a chunk found damaged is refused, and the next start hashes the
+// copy again and fetches what changed.
 //
-// Imports: chunks (the digests it records), redact, peer (its checksum parser); never repo,
-// preload, the sequencer or a technology adapter, and never the commands.
+// Imports: chunks, peer, redact; never repo, preload, the sequencer or a technology adapter, and
+// never the commands.
 package acquire

@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/preload"
@@ -64,7 +63,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("preload retry %s: want a duration of zero or more", c.PreloadRetry)
 	}
 	if c.ISOFile == "" && c.ISOURL != "" {
-		if err := acquire.CheckURL(c.ISOURL); err != nil {
+		if err := peer.CheckURL(c.ISOURL); err != nil {
 			return fmt.Errorf("ISO URL: %w", err)
 		}
 	}

@@ -180,7 +180,7 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 	if st.ISO.State == "" {
 		st.ISO.State = v1beta1.ISOPending
 	}
-	if st.ISO.State == v1beta1.ISOFailed {
+	if st.ISO.State == v1beta1.ISOFailed || st.ISO.State == v1beta1.ISODownloading {
 		st.ISO.Message = s.Error
 	}
 	if s.Ready {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,7 +64,7 @@ func (a *Agent) followISOs(ctx context.Context) {
 		hex, err := peer.ParseChecksum(in.ISOChecksum)
 		if err != nil {
 			msg = fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, redact.URL(in.ISOURL), err)
-		} else if err = acquire.CheckURL(in.ISOURL); err != nil {
+		} else if err = peer.CheckURL(in.ISOURL); err != nil {
 			// An origin that is not http(s) would be retried for ever.
 			msg = fmt.Sprintf("plan %s names an unusable ISO origin: %v", in.Plan, err)
 		}
@@ -159,9 +160,19 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Check
 	sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
 	req := peer.Request{SHA512: w.sha512, OriginURL: w.url, Path: filepath.Join(a.cfg.CacheDir, w.sha512+".iso")}
 	a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOFetching })
+	progress := func(p peer.Progress) {
+		a.board.update(func(s *Status) {
+			s.ISO.Progress = p
+			if p.OriginError != "" {
+				s.Error = "the origin fails, retrying: " + p.OriginError
+			} else if strings.HasPrefix(s.Error, "the origin fails") {
+				s.Error = ""
+			}
+		})
+	}
 	wait := time.Second
 	for {
-		l, err := a.fetch.Fetch(ctx, req, func(p peer.Progress) { a.board.update(func(s *Status) { s.ISO.Progress = p }) })
+		l, err := a.fetch.Fetch(ctx, req, progress)
 		if err == nil {
 			a.board.update(func(s *Status) { s.ISO.State, s.Error = ISOVerified, "" })
 			return l.Path(), sum, nil
@@ -169,14 +180,20 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Check
 		if ctx.Err() != nil {
 			return "", sum, ctx.Err()
 		}
-		a.log.Warn("fetch ISO, retrying", "err", err, "in", wait)
+		// Bytes that do not match the checksum, or an origin that refuses, need the operator:
+		// asked again soon, the origin would only send the same again.
+		limit := time.Minute
+		if errors.Is(err, peer.ErrVerification) || errors.Is(err, peer.ErrOriginRefused) {
+			limit = 10 * time.Minute
+		}
+		a.log.Error("fetch ISO, retrying", "err", err, "in", wait)
 		a.board.update(func(s *Status) { s.Error = err.Error() })
 		select {
 		case <-ctx.Done():
 			return "", sum, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Minute)
+		wait = min(2*wait, limit)
 	}
 }
 

@@ -41,6 +41,19 @@
 // does not answer or lists no new chunk: the directory lags behind while many download at once.
 // With N nodes starting together the origin sends about one copy of the ISO instead of N.
 //
+// # One download path
+//
+// The Fetcher is how this project downloads an ISO, with peers or without: the agent runs it in a
+// gossip ring, "serve --iso-url" on a node of its own (a Directory and a StaticMembers of one).
+// Its cache format: the ISO named by its sha512 (<sha512>.iso); while downloading, a .partial file
+// of the ISO's size with the sha256 of every chunk held beside it (.partial.json), so a restart
+// resumes; once verified, a record beside the ISO (<sha512>.iso.json) with the digests of all its
+// chunks and the chunks.Stamp of the file, so an unchanged copy is reused at the next start
+// without hashing it, and a changed one keeps its intact chunks and fetches only the others. The
+// origin is asked for its first byte to learn the size and whether it serves ranges (one that
+// does not is read whole, in order); failures are retried with backoff and given up as
+// WithRetry says; a refusal (ErrOriginRefused) ends the fetch unless peers hold what is missing.
+//
 // Imports: chunks, redact, Prometheus and the standard library's HTTP; never iso, repo, preload, acquire,
 // the sequencer, api or policy (boundary test), and never hashicorp/memberlist, which only
 // peer/memberlist talks to.

@@ -479,7 +479,7 @@ func (r *run) run(ctx context.Context) error {
 			if err == nil {
 				return r.complete()
 			}
-			refetch, err := r.repair(ctx)
+			refetch, err := r.repair(ctx, err)
 			if err != nil {
 				return err
 			}
@@ -1143,7 +1143,10 @@ const maxRechecks = 3
 // repair returns refetch true so that they are fetched again from other sources. When that finds
 // nothing, the unvouched chunks are fetched from the origin and compared; the peers whose chunks
 // differ are avoided. It returns nil when the ISO then verifies.
-func (r *run) repair(ctx context.Context) (refetch bool, err error) {
+func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err error) {
+	if !errors.Is(mismatch, ErrVerification) {
+		return false, fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, mismatch)
+	}
 	r.f.o.metrics.failed("iso")
 	if len(r.weak) > 0 && r.rechecks < maxRechecks {
 		r.rechecks++
@@ -1155,10 +1158,15 @@ func (r *run) repair(ctx context.Context) (refetch bool, err error) {
 			return true, nil
 		}
 	}
-	if r.req.OriginURL == "" || len(r.weak) == 0 {
+	if len(r.weak) == 0 {
 		r.resetAll()
-		return false, fmt.Errorf("ISO %.16s does not match its sha512 and no source can repair it (%d unvouched chunks, no origin): %w",
-			r.req.SHA512, len(r.weak), ErrVerification)
+		return false, fmt.Errorf("ISO %.16s: the bytes fetched (%d from the origin, %d from peers that other holders vouched for) do not match the checksum; the download is removed: %w",
+			r.req.SHA512, r.fromOrigin, r.fromPeers, mismatch)
+	}
+	if r.req.OriginURL == "" {
+		r.resetAll()
+		return false, fmt.Errorf("ISO %.16s: %d chunks no other holder vouched for, and no origin to compare them with; the download is removed: %w",
+			r.req.SHA512, len(r.weak), mismatch)
 	}
 	r.f.log.Warn("ISO does not match its sha512: fetching the chunks no other holder vouched for from the origin, to compare", "chunks", len(r.weak))
 	var differed, matched int

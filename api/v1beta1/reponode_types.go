@@ -36,7 +36,8 @@ type RepoNodeISO struct {
 	// State is where the copy stands.
 	// +optional
 	State ISOState `json:"state,omitempty"`
-	// Message says what went wrong when State is Failed.
+	// Message says what went wrong when State is Failed, or what is being retried while
+	// it is Downloading.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// BytesDone is how many bytes of the ISO the node holds.

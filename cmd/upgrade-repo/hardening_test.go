@@ -91,7 +91,7 @@ func TestServeRedactsTheOriginURL(t *testing.T) {
 	<-logs.warned // the first failed attempt is logged
 	cancel()
 	require.NoError(t, <-done)
-	require.Contains(t, logs.String(), "fetch failed")
+	require.Contains(t, logs.String(), "the origin failed, retrying")
 	requireNoSecret(t, "logs", logs.String())
 
 	// A URL that does not even parse is not quoted either.

@@ -13,13 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 )
 
@@ -97,8 +97,8 @@ func requireNeverWrong(t *testing.T, status int, body []byte, complete bool, wan
 
 // A cached, verified ISO whose bytes changed on disk (four bytes, the modification time put back)
 // is never served as verified: a tampered copy (its change time moved) is verified again at start,
-// named chunk by chunk and fetched again; a rotten one (nothing in its metadata changed) is caught
-// when the chunk is first served, refused, and named.
+// named chunk by chunk, and its changed chunk alone fetched again; a rotten one (nothing in its
+// metadata changed) is caught when the chunk is first served, refused, and named.
 func TestServeNeverServesACorruptedCache(t *testing.T) {
 	t.Parallel()
 	isoPath, sum := packTestISO(t)
@@ -167,8 +167,8 @@ func TestServeNeverServesACorruptedCache(t *testing.T) {
 			if tc.rot {
 				require.Equal(t, http.StatusServiceUnavailable, status, "the rotten chunk is refused")
 			} else {
-				require.Equal(t, http.StatusPartialContent, status, "the tampered copy was fetched again")
-				require.EqualValues(t, 2*len(want), sent.Load())
+				require.Equal(t, http.StatusPartialContent, status, "the tampered chunk was fetched again")
+				require.EqualValues(t, len(want)+4<<20, sent.Load(), "only the changed chunk was fetched again")
 			}
 			// Whatever lies outside the bad chunk is still served.
 			status, body, complete = get(t, base+"/rootfs.squashfs", "Range", "bytes=0-99")
@@ -179,24 +179,21 @@ func TestServeNeverServesACorruptedCache(t *testing.T) {
 	}
 }
 
-// rewriteMarker makes the cache's marker of the ISO at path record the file's present metadata,
-// as if the file had changed without anything on the file system saying so.
+// rewriteMarker makes the record of the verified ISO at path describe the file's present
+// metadata, as if the file had changed without anything on the file system saying so.
 func rewriteMarker(t *testing.T, path string) {
 	t.Helper()
-	b, err := os.ReadFile(path + ".verified")
+	b, err := os.ReadFile(path + ".json")
 	require.NoError(t, err)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
+	require.Contains(t, m, "verified", "the record says the file was verified")
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	m["size"], m["modTimeUnixNano"] = fi.Size(), fi.ModTime().UnixNano()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		m["changeTimeUnixNano"] = st.Ctim.Nano()
-		m["inode"] = st.Ino
-	}
+	m["verified"] = chunks.StampOf(fi)
 	b, err = json.Marshal(m)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path+".verified", b, 0o644))
+	require.NoError(t, os.WriteFile(path+".json", b, 0o644))
 }
 
 // A running agent whose cached ISO is changed under it (four bytes, the modification time put
@@ -271,7 +268,8 @@ func TestAgentStopsServingACopyChangedUnderIt(t *testing.T) {
 }
 
 // An agent restarted on a cached ISO changed on disk (four bytes, the modification time put back)
-// hashes it again, names the changed chunk, fetches the ISO anew and serves only the right bytes.
+// hashes it again, names the changed chunk, fetches that chunk anew and serves only the right
+// bytes.
 func TestAgentRestartedOnACorruptedCache(t *testing.T) {
 	t.Parallel()
 	isoPath, sum := packTestISO(t)
@@ -304,6 +302,6 @@ func TestAgentRestartedOnACorruptedCache(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.True(t, complete)
 	require.True(t, bytes.Equal(want[rootOff:rootOff+rootLen], body))
-	require.EqualValues(t, 2*len(want), sent.Load(), "the changed copy was fetched again")
+	require.EqualValues(t, len(want)+4<<20, sent.Load(), "the changed chunk alone was fetched again")
 	require.Contains(t, logs.String(), fmt.Sprintf("chunk=%d offset=%d", badChunk, badChunk*(4<<20)))
 }

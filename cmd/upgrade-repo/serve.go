@@ -5,11 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +16,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/agent"
-	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
 
@@ -81,7 +78,7 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 		ln.Close()
 		return err
 	}
-	am, err := acquire.NewMetrics(reg)
+	pm, err := peer.NewMetrics(reg)
 	if err != nil {
 		ln.Close()
 		return err
@@ -99,20 +96,16 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 	})
 	var closeISO func() error
 	g.Go(func() error {
-		ver, err := acquire.AcquireVerified(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(am))
+		ver, err := acquire.Acquire(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(pm))
 		if err != nil {
 			return err
 		}
-		v, closeV, err := cacheVerifier(ver, a.log)
+		h, closer, err := agent.OpenRelease(ver.Path, src.Checksum, rm, a.log, ver.Verifier)
 		if err != nil {
+			_ = ver.Close()
 			return err
 		}
-		h, closer, err := agent.OpenRelease(ver.Path, src.Checksum, rm, a.log, v)
-		if err != nil {
-			_ = closeV()
-			return err
-		}
-		closeISO = func() error { return errors.Join(closer(), closeV()) }
+		closeISO = func() error { return errors.Join(closer(), ver.Close()) }
 		server.SetHandler(h)
 		if ready != nil {
 			ready()
@@ -140,33 +133,4 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 		return err
 	}
 	return nil
-}
-
-// cacheVerifier returns the check of the verified copy's chunks that every byte served goes
-// through (nil when no chunk digests were recorded: a local file without a checksum), and what
-// closes it. A damaged chunk makes the cache forget that the copy was verified, so that the next
-// start hashes it again and fetches it anew.
-func cacheVerifier(ver acquire.Verified, log *slog.Logger) (*chunks.Verifier, func() error, error) {
-	if ver.Chunks.IsZero() {
-		return nil, func() error { return nil }, nil
-	}
-	f, err := os.Open(ver.Path)
-	if err != nil {
-		return nil, nil, err
-	}
-	var once sync.Once
-	v, err := chunks.NewVerifier(f, ver.Path, ver.Chunks, chunks.WithLogger(log), chunks.WithOnDamage(func(*chunks.DamageError) {
-		once.Do(func() {
-			if err := ver.Invalidate(); err != nil {
-				log.Warn("forget that the damaged ISO was verified", "err", err)
-				return
-			}
-			log.Error("the cached ISO is damaged on disk: its damaged chunks are refused; restart to verify it again and fetch it anew", "path", ver.Path)
-		})
-	}))
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return v, f.Close, nil
 }

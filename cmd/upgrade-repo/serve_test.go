@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
+	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
@@ -115,7 +117,8 @@ func TestServeWrongChecksum(t *testing.T) {
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
 	cache := t.TempDir()
 	err = serve(t.Context(), a, acquire.Source{URL: origin.URL, Checksum: wrong, CacheDir: cache}, ln, time.Second, nil)
-	require.ErrorIs(t, err, acquire.ErrChecksumMismatch)
+	require.ErrorIs(t, err, peer.ErrVerification)
+	require.ErrorContains(t, err, "want "+strings.Repeat("01", 64))
 	entries, err := os.ReadDir(cache)
 	require.NoError(t, err)
 	require.Empty(t, entries, "the wrong download is removed")
