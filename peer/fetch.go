@@ -19,7 +19,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -889,28 +888,18 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		return result{data: data, sum: sha256.Sum256(data)}
 	}
 	url := "http://" + j.addr + "/v1/iso/" + r.req.SHA512
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	idle := newIdleTimer(r.f.o.idle, cancel)
-	defer idle.Stop()
-	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	w, err := r.watchedGet(ctx, url, off, n, true)
 	if err != nil {
-		return result{err: redact.Error(err)}
+		return result{err: err}
 	}
-	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
-	r.f.authorize(req)
-	resp, err := r.f.o.client.Do(req)
-	if err != nil {
-		return result{err: redact.Error(err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusPartialContent {
-		return result{err: fmt.Errorf("GET %s chunk %d: status %s", redact.URL(url), j.chunk, resp.Status)}
+	defer w.close()
+	if w.resp.StatusCode != http.StatusPartialContent {
+		return result{err: fmt.Errorf("GET %s chunk %d: status %s", redact.URL(url), j.chunk, w.resp.Status)}
 	}
 	data := r.getBuf(n)
-	if _, err := io.ReadFull(idleBody{resp.Body, idle.t, idle.d}, data); err != nil {
+	if _, err := io.ReadFull(w.body, data); err != nil {
 		r.putBuf(data)
-		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, idleCause(hctx, r.f.o.idle, err))}
+		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, w.cause(err))}
 	}
 	sum := sha256.Sum256(data)
 	want, vouched := r.vouch(ctx, j.chunk, j.source)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
@@ -145,20 +146,12 @@ var errCut = errors.New("response cut short")
 // originRange reads len(dst) bytes at off from url into dst, adding to *got what it read. An error
 // after bytes were read wraps errCut.
 func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte, got *int) error {
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	idle := newIdleTimer(r.f.o.idle, cancel)
-	defer idle.Stop()
-	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	w, err := r.watchedGet(ctx, url, off, int64(len(dst)), false)
 	if err != nil {
-		return fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)
+		return err
 	}
-	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+int64(len(dst))-1, 10))
-	resp, err := r.f.o.client.Do(req)
-	if err != nil {
-		return idleCause(hctx, r.f.o.idle, redact.Error(err))
-	}
-	defer resp.Body.Close()
+	defer w.close()
+	resp := w.resp
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 	case http.StatusOK:
@@ -169,10 +162,10 @@ func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte
 	if start, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err != nil || start != off || size >= 0 && size != r.iso.size {
 		return fmt.Errorf("unexpected Content-Range %q for bytes from %d of %d: %w", resp.Header.Get("Content-Range"), off, r.iso.size, ErrOriginRefused)
 	}
-	n, err := io.ReadFull(idleBody{resp.Body, idle.t, idle.d}, dst)
+	n, err := io.ReadFull(w.body, dst)
 	*got += n
 	if err != nil {
-		err = idleCause(hctx, r.f.o.idle, err)
+		err = w.cause(err)
 		if n > 0 {
 			return fmt.Errorf("%w after %d bytes: %w", errCut, n, err)
 		}
@@ -186,38 +179,31 @@ func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte
 // returns the stream's own result once the body ends, fails or ctx ends.
 func (r *run) stream(ctx context.Context, j *job) result {
 	url := r.req.OriginURL
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	idle := newIdleTimer(r.f.o.idle, cancel)
-	defer idle.Stop()
-	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	w, err := r.watchedGet(ctx, url, 0, -1, false)
 	if err != nil {
-		return result{err: fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)}
+		return result{err: fmt.Errorf("GET %s: %w", redact.URL(url), err)}
 	}
-	resp, err := r.f.o.client.Do(req)
-	if err != nil {
-		return result{err: fmt.Errorf("GET %s: %w", redact.URL(url), idleCause(hctx, r.f.o.idle, redact.Error(err)))}
-	}
-	defer resp.Body.Close()
+	defer w.close()
+	resp := w.resp
 	if resp.StatusCode != http.StatusOK {
 		return result{err: statusError("GET "+redact.URL(url), resp)}
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != r.iso.size {
 		return result{err: fmt.Errorf("GET %s: %d bytes, the download started with %d: %w", redact.URL(url), resp.ContentLength, r.iso.size, ErrOriginRefused)}
 	}
-	body := idleBody{resp.Body, idle.t, idle.d}
+	body := w.body
 	for c := range r.n {
 		n := r.iso.chunkLen(c)
 		if r.iso.Has(c) {
 			if _, err := io.CopyN(io.Discard, body, n); err != nil {
-				return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, idleCause(hctx, r.f.o.idle, err))}
+				return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, w.cause(err))}
 			}
 			continue
 		}
 		data := r.getBuf(n)
 		if _, err := io.ReadFull(body, data); err != nil {
 			r.putBuf(data)
-			return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, idleCause(hctx, r.f.o.idle, err))}
+			return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, w.cause(err))}
 		}
 		part := &job{chunk: c, source: originSource, started: j.started, cancel: func() {}, part: true}
 		select {
@@ -228,4 +214,57 @@ func (r *run) stream(ctx context.Context, j *job) result {
 		}
 	}
 	return result{}
+}
+
+// watched is a response whose body is abandoned once it goes the idle timeout without a byte.
+type watched struct {
+	resp  *http.Response
+	body  io.Reader // resp.Body, restarting the idle timer at each read that brings bytes
+	ctx   context.Context
+	idle  idleTimer
+	d     time.Duration
+	stopc context.CancelCauseFunc
+}
+
+// watchedGet sends a GET of url: of the n bytes at off (all from off when n is negative, the
+// whole content when both are zero), with the ring's token when toPeer. An error wraps
+// ErrOriginRefused when the request cannot even be made.
+func (r *run) watchedGet(ctx context.Context, url string, off, n int64, toPeer bool) (*watched, error) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	idle := newIdleTimer(r.f.o.idle, cancel)
+	w := &watched{ctx: hctx, idle: idle, d: r.f.o.idle, stopc: cancel}
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)
+	}
+	switch {
+	case n > 0:
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
+	case off > 0:
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
+	}
+	if toPeer {
+		r.f.authorize(req)
+	}
+	resp, err := r.f.o.client.Do(req)
+	if err != nil {
+		err = w.cause(redact.Error(err))
+		w.close()
+		return nil, err
+	}
+	w.resp, w.body = resp, idleBody{resp.Body, idle.t, idle.d}
+	return w, nil
+}
+
+// cause names the idle timeout as the cause of err when it abandoned the response.
+func (w *watched) cause(err error) error { return idleCause(w.ctx, w.d, err) }
+
+// close releases the response and its timer.
+func (w *watched) close() {
+	if w.resp != nil {
+		w.resp.Body.Close()
+	}
+	w.idle.Stop()
+	w.stopc(nil)
 }
