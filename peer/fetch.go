@@ -379,6 +379,7 @@ type run struct {
 	originRefused  bool          // the origin refused for good (ErrOriginRefused)
 	lastLog        time.Time     // when progress was logged last
 	lastHeld       int64         // the bytes held then
+	fatal          error         // a failure of this node that ends the fetch (a chunk that cannot be stored)
 
 	listMu sync.Mutex
 	lists  map[string]*chunkList
@@ -468,6 +469,9 @@ func (r *run) run(ctx context.Context) error {
 			select {
 			case kick <- struct{}{}:
 			default:
+			}
+			if r.fatal != nil {
+				return r.fatal
 			}
 			if err := r.gaveUp(); err != nil {
 				return err
@@ -1104,7 +1108,8 @@ func (r *run) keep(j *job, res result) {
 		return
 	}
 	if err := r.iso.writeChunk(j.chunk, res.data, res.sum); err != nil {
-		r.f.log.Warn("store chunk", "chunk", j.chunk, "err", err)
+		// The disk refuses (full, read-only): fetching more would only fail the same way.
+		r.fatal = fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, err)
 		return
 	}
 	for _, x := range r.inflight[j.chunk] {
