@@ -413,3 +413,47 @@ func releaseRefs(t *testing.T, addr string) []string {
 	require.NotEmpty(t, refs)
 	return refs
 }
+
+// An agent whose origin fails says so in its status while it retries, and clears it once the
+// origin answers and the ISO is verified.
+func TestAgentSaysTheOriginFails(t *testing.T) {
+	t.Parallel()
+	isoPath, sum := packTestISO(t)
+	var down atomic.Bool
+	down.Store(true)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		http.ServeFile(w, r, isoPath)
+	}))
+	t.Cleanup(origin.Close)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
+	go func() {
+		done <- runAgent(ctx, a, []string{"--node-name", "n1", "--listen", addr, "--gossip-listen", freeAddr(t),
+			"--cache-dir", t.TempDir(), "--iso-url", origin.URL + "/release.iso", "--iso-checksum", sum.String()})
+	}()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	deadline := time.After(30 * time.Second)
+	for {
+		s, _ := agentStatusOf(t, addr)
+		if strings.Contains(s.Error, "503") {
+			require.Contains(t, s.Error, "the origin fails, retrying")
+			require.Equal(t, agent.ISOFetching, s.ISO.State)
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the agent never said its origin fails; status %+v", s)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	down.Store(false)
+	s := waitReady(t, addr, done)
+	require.Equal(t, agent.ISOVerified, s.ISO.State)
+	require.Empty(t, s.Error)
+}
