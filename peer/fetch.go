@@ -258,6 +258,9 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress
 			return nil, err
 		}
 		ranges = r
+		if !ranges {
+			f.log.Info("the origin does not serve ranges: reading the ISO from it whole, in order", "url", redact.URL(req.OriginURL))
+		}
 	}
 	r := &run{f: f, req: req, iso: l, n: numChunks(l.size, l.chunkSize), progress: progress,
 		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
