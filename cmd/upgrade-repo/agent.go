@@ -113,6 +113,8 @@ func (c *agentConfig) validate(nargs int) error {
 		return errors.New("one of --iso FILE or --iso-url URL with --iso-checksum is required (or --report to follow the cluster's plans)")
 	case c.report && c.ReportInterval <= 0:
 		return fmt.Errorf("--report-interval %s: want a positive duration", c.ReportInterval)
+	case c.Grace < 0, c.Settle < 0, c.PreloadRetry < 0:
+		return fmt.Errorf("--grace %s, --settle %s, --preload-retry-for %s: want durations of zero or more", c.Grace, c.Settle, c.PreloadRetry)
 	}
 	for name, addr := range map[string]string{"--listen": c.listen, "--gossip-listen": c.gossipListen} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
