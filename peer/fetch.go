@@ -479,7 +479,7 @@ func (r *run) run(ctx context.Context) error {
 			if err == nil {
 				return r.complete()
 			}
-			refetch, err := r.repair(ctx)
+			refetch, err := r.repair(ctx, err)
 			if err != nil {
 				return err
 			}
@@ -1142,8 +1142,9 @@ const maxRechecks = 3
 // may have learnt of more since): the ones found bad are dropped, their sources avoided, and
 // repair returns refetch true so that they are fetched again from other sources. When that finds
 // nothing, the unvouched chunks are fetched from the origin and compared; the peers whose chunks
-// differ are avoided. It returns nil when the ISO then verifies.
-func (r *run) repair(ctx context.Context) (refetch bool, err error) {
+// differ are avoided. It returns nil when the ISO then verifies. mismatch is the failure of the
+// whole ISO's check, which an error that ends the fetch quotes.
+func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err error) {
 	r.f.o.metrics.failed("iso")
 	if len(r.weak) > 0 && r.rechecks < maxRechecks {
 		r.rechecks++
@@ -1157,8 +1158,14 @@ func (r *run) repair(ctx context.Context) (refetch bool, err error) {
 	}
 	if r.req.OriginURL == "" || len(r.weak) == 0 {
 		r.resetAll()
-		return false, fmt.Errorf("ISO %.16s does not match its sha512 and no source can repair it (%d unvouched chunks, no origin): %w",
-			r.req.SHA512, len(r.weak), ErrVerification)
+		why := fmt.Sprintf("%d chunks taken from peers unvouched, no origin to compare them with", len(r.weak))
+		if r.req.OriginURL != "" {
+			why = "no chunk was taken from a peer unvouched"
+		}
+		if !errors.Is(mismatch, ErrVerification) {
+			mismatch = fmt.Errorf("%w: %w", mismatch, ErrVerification)
+		}
+		return false, fmt.Errorf("ISO %.16s: %w; no source can repair it (%s)", r.req.SHA512, mismatch, why)
 	}
 	r.f.log.Warn("ISO does not match its sha512: fetching the chunks no other holder vouched for from the origin, to compare", "chunks", len(r.weak))
 	var differed, matched int
