@@ -292,6 +292,21 @@ func TestOriginFetch(t *testing.T) {
 			},
 		},
 		{
+			name: "origin without ranges cutting the first read",
+			fail: func(o *badOrigin, n int, w http.ResponseWriter, _ *http.Request) bool {
+				w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
+				w.WriteHeader(http.StatusOK)
+				if n == 2 {
+					_, _ = w.Write(o.data[:testChunk*3/2])
+					_ = http.NewResponseController(w).Flush()
+					panic(http.ErrAbortHandler)
+				}
+				_, _ = w.Write(o.data)
+				return true
+			},
+			requests: 3, sent: originSize + testChunk*3/2, retries: 1, originError: "chunk 1",
+		},
+		{
 			name: "origin that stops serving ranges after the probe",
 			fail: func(o *badOrigin, _ int, w http.ResponseWriter, r *http.Request) bool {
 				if isProbe(r) {
@@ -358,38 +373,65 @@ func TestOriginFetch(t *testing.T) {
 }
 
 // A fetch interrupted part-way is resumed by the next one, after a restart: no chunk is taken
-// from the origin twice.
+// from the origin twice, and an origin without ranges read again whole only fills the chunks
+// missing.
 func TestOriginResumesInterruptedRun(t *testing.T) {
 	t.Parallel()
 	data, sha := isoData(t, originSize)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan struct{})
-	o := newBadOrigin(t, data, func(_ *badOrigin, n int, _ http.ResponseWriter, r *http.Request) bool {
-		if n != 4 {
-			return false
-		}
-		// The probe and two chunks came: the node stops during the third.
-		cancel()
-		select {
-		case <-r.Context().Done():
-		case <-done:
-		}
-		return true
-	})
-	t.Cleanup(func() { close(done) }) // runs before the server's Close: the handler must end
-	l := newLone(t, peer.WithOriginParallel(1))
-	_, _, err := l.fetch(t, ctx, sha, o.url)
-	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, 2, heldChunks(t, l.path()+".partial.json"))
-	first := o.sent.Load()
-	require.Less(t, first, int64(originSize))
+	tests := []struct {
+		name string
+		// ranges is whether the origin serves ranges to the run that resumes.
+		ranges bool
+	}{
+		{name: "ranges", ranges: true},
+		{name: "no ranges"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan struct{})
+			o := newBadOrigin(t, data, func(o *badOrigin, n int, w http.ResponseWriter, r *http.Request) bool {
+				switch {
+				case n == 4:
+					// The probe and two chunks came: the node stops during the third.
+					cancel()
+					select {
+					case <-r.Context().Done():
+					case <-done:
+					}
+					return true
+				case n > 4 && !tc.ranges:
+					w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
+					w.WriteHeader(http.StatusOK)
+					_, _ = w.Write(o.data)
+					return true
+				}
+				return false
+			})
+			t.Cleanup(func() { close(done) }) // runs before the server's Close: the handler must end
+			l := newLone(t, peer.WithOriginParallel(1))
+			_, _, err := l.fetch(t, ctx, sha, o.url)
+			require.ErrorIs(t, err, context.Canceled)
+			require.Equal(t, 2, heldChunks(t, l.path()+".partial.json"))
+			first := o.sent.Load()
+			require.Less(t, first, int64(originSize))
 
-	_, _, err = l.fetch(t, t.Context(), sha, o.url)
-	require.NoError(t, err)
-	l.requireISO(t, data)
-	require.EqualValues(t, originSize, o.sent.Load(), "bytes sent over both runs")
-	require.EqualValues(t, 4+1+originChunks-2, o.count.Load(), "requests: %q", o.requests())
+			_, progress, err := l.fetch(t, t.Context(), sha, o.url)
+			require.NoError(t, err)
+			l.requireISO(t, data)
+			require.Equal(t, originSize-first, progress[len(progress)-1].FromOrigin)
+			require.EqualValues(t, originSize, value(t, l.metrics.FetchedBytes.WithLabelValues("origin")))
+			if tc.ranges {
+				require.EqualValues(t, originSize, o.sent.Load(), "bytes sent over both runs")
+				require.EqualValues(t, 4+1+originChunks-2, o.count.Load(), "requests: %q", o.requests())
+			} else {
+				require.EqualValues(t, first+originSize, o.sent.Load(), "bytes sent over both runs")
+				require.EqualValues(t, 4+2, o.count.Load(), "requests: %q", o.requests())
+			}
+		})
+	}
 }
 
 // An origin that refuses is given up at once; one that keeps failing after WithRetry's attempts.
@@ -590,6 +632,16 @@ func TestOriginCachedISO(t *testing.T) {
 	require.Equal(t, 1.0, verifications("mismatch"))
 	require.EqualValues(t, testChunk, o.sent.Load()-sent)
 	l.requireISO(t, data)
+
+	// Changed, and no record tells which chunks were verified: fetched again whole.
+	require.NoError(t, os.Remove(l.path()+".json"))
+	corrupt(t, l.path(), 100)
+	sent = o.sent.Load()
+	_, _, err = l.fetch(t, t.Context(), sha, o.url)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, verifications("mismatch"))
+	require.EqualValues(t, originSize, o.sent.Load()-sent)
+	l.requireISO(t, data)
 }
 
 // corrupt flips four bytes of the file at p, at off, in place, and puts its modification time back.
@@ -657,21 +709,26 @@ func TestOriginStalled(t *testing.T) {
 	data, sha := isoData(t, originSize)
 	tests := []struct {
 		name    string
-		before  int // bytes sent before the stall
+		request int // the request that stalls
+		before  int // bytes sent before the stall; -1: not even the headers
 		retries float64
 	}{
-		{name: "mid-chunk", before: testChunk / 2},
-		{name: "before the first byte", before: 0, retries: 1},
+		{name: "mid-chunk", request: 2, before: testChunk / 2},
+		{name: "before the first byte", request: 2, before: 0, retries: 1},
+		{name: "before the headers", request: 2, before: -1, retries: 1},
+		{name: "probe", request: 1, before: -1, retries: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			stalled := make(chan struct{})
 			o := newBadOrigin(t, data, func(o *badOrigin, n int, w http.ResponseWriter, r *http.Request) bool {
-				if n != 2 {
+				if n != tc.request {
 					return false
 				}
-				o.serveRange(w, r, tc.before)
+				if tc.before >= 0 {
+					o.serveRange(w, r, tc.before)
+				}
 				select {
 				case <-stalled:
 				case <-r.Context().Done():
