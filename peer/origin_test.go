@@ -238,6 +238,7 @@ func TestOriginFetch(t *testing.T) {
 		check       func(t *testing.T, asked []string)
 	}{
 		{name: "fresh", requests: 1 + originChunks, sent: originSize},
+		{name: "no idle limit", opts: []peer.FetchOption{peer.WithIdleTimeout(0)}, requests: 1 + originChunks, sent: originSize},
 		{
 			name: "dead origin comes back",
 			fail: func(_ *badOrigin, n int, w http.ResponseWriter, _ *http.Request) bool {
@@ -504,6 +505,24 @@ func TestOriginGivesUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An origin that refuses connections is a failure like any other: given up after WithRetry's
+// attempts, with the network error named.
+func TestOriginDeadGivesUp(t *testing.T) {
+	t.Parallel()
+	_, sha := isoData(t, originSize)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL + "/release.iso"
+	dead.Close()
+	l := newLone(t)
+	_, progress, err := l.fetch(t, t.Context(), sha, url)
+	require.ErrorContains(t, err, "failed 5 times in a row")
+	require.ErrorContains(t, err, "connection refused")
+	require.NotErrorIs(t, err, peer.ErrOriginRefused)
+	require.Equal(t, 4.0, value(t, l.metrics.OriginRetries))
+	require.Len(t, progress, 4)
+	require.Contains(t, progress[0].OriginError, "connection refused")
 }
 
 // A 404 that starts once some chunks came ends the fetch; the chunks are kept, and a later fetch
