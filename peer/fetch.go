@@ -485,6 +485,9 @@ func (r *run) run(ctx context.Context) error {
 			if err == nil {
 				return r.complete()
 			}
+			if errors.Is(err, ErrVerification) {
+				r.f.o.metrics.verified("mismatch")
+			}
 			refetch, err := r.repair(ctx, err)
 			if err != nil {
 				return err
@@ -583,6 +586,7 @@ func (r *run) gaveUp() error {
 
 // complete moves the verified ISO into place.
 func (r *run) complete() error {
+	r.f.o.metrics.verified("ok")
 	if err := r.iso.finish(r.req.Path); err != nil {
 		return err
 	}
@@ -1205,6 +1209,9 @@ func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err err
 	hashed := make(chan error, 1)
 	r.hashInOrder(ctx, nil, hashed)
 	if err := <-hashed; err != nil {
+		if errors.Is(err, ErrVerification) {
+			r.f.o.metrics.verified("mismatch")
+		}
 		r.resetAll()
 		return false, fmt.Errorf("ISO %.16s still does not match its sha512 after repair from the origin: %w", r.req.SHA512, err)
 	}
