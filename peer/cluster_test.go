@@ -172,10 +172,16 @@ func (n *node) requireISO(t *testing.T, want []byte) {
 	require.True(t, bytes.Equal(want, got), "%s holds a different ISO", n.name)
 }
 
-// waitFor waits, up to a deadline, until cond holds, re-checking at each directory change.
+// waitFor waits, up to 45 seconds, until cond holds, re-checking at each directory change.
 func waitFor(t *testing.T, dir *peer.Directory, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(45 * time.Second)
+	waitWithin(t, 45*time.Second, dir, what, cond)
+}
+
+// waitWithin waits, up to limit, until cond holds, re-checking at each directory change.
+func waitWithin(t *testing.T, limit time.Duration, dir *peer.Directory, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(limit)
 	for !cond() {
 		select {
 		case <-dir.Changed():
