@@ -98,6 +98,10 @@ bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images 
 bench-distribute: build deps ## Agents sharing an ISO against lone downloads (BENCH_NODES, BENCH_ISO_SIZE).
 	@bash hack/bench-distribute.sh
 
+.PHONY: bench-acquire
+bench-acquire: build deps ## serve --iso-url against curl + sha512sum: download, restart, resume (BENCH_ISO_SIZE).
+	@bash hack/bench-acquire.sh
+
 .PHONY: bench-directory
 bench-directory: ## The gossip directory of 100 and 1,000 simulated members: state, deltas, convergence.
 	$(GO) test ./peer/memberlist -run '^$$' -bench DirectoryScale -benchtime 1x -timeout 30m

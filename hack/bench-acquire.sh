@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# bench-acquire.sh: `serve --iso-url` (download, verify, serve) against what an operator does by
+# hand (`curl` from the same origin, then `sha512sum`), side by side in one run, from nginx on
+# loopback (Debian's, one worker, sendfile on, an access log of the bytes it sent).
+#
+# A release ISO of BENCH_ISO_SIZE is packed (random, incompressible content written in full) into
+# a temporary directory that is removed at the end, unless BENCH_ISO names an existing ISO. Runs,
+# each REPEAT times (the best is reported):
+#   curl:        curl -o, then sha512sum of the file (the by-hand download and check);
+#   curl|tee:    curl | tee file | sha512sum (the check overlapped with the download);
+#   serve:       serve --iso-url --iso-checksum into an empty cache, until /readyz answers 200;
+#   sha512sum:   sha512sum of the verified copy (the by-hand check at every start);
+#   restart:     serve again on that cache, until /readyz (the record says the copy is unchanged);
+#   resume:      serve into an empty cache, killed with SIGKILL once it holds half of the ISO,
+#                then started again until /readyz: the origin's bytes over the ISO's size.
+# For serve, its CPU seconds (user + system) and peak RSS (VmHWM). Ends with name=value lines.
+#
+# Knobs: BENCH_ISO_SIZE (1GiB), BENCH_ISO (an existing ISO), REPEAT (3), BENCH_TMP (where the
+# temporary directory goes, default $TMPDIR or /tmp), BIN (bin/upgrade-repo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(realpath "${BIN:-bin/upgrade-repo}")
+ISO_SIZE=${BENCH_ISO_SIZE:-1GiB}
+REPEAT=${REPEAT:-3}
+[ -x "$BIN" ] || { echo "bench-acquire: $BIN missing (make build)" >&2; exit 1; }
+for c in xorriso curl nginx sha512sum; do
+  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-acquire: $c missing (make deps)" >&2; exit 1; }
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/bench-acquire.XXXXXX")
+
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# pick_port prints a loopback port nothing listens on.
+pick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+  done
+}
+
+mkdir -p "$WORK/origin" "$WORK/nginx/logs"
+chmod 755 "$WORK" # nginx's workers run as an unprivileged user
+if [ -n "${BENCH_ISO:-}" ]; then
+  ln -s "$(realpath "$BENCH_ISO")" "$WORK/origin/release.iso"
+else
+  want=$(numfmt --from=iec "$(sed 's/i\?B$//' <<<"$ISO_SIZE")")
+  echo "bench-acquire: packing a release ISO of about $ISO_SIZE into $WORK" >&2
+  # The images and boot files take about 57 MiB; rootfs.squashfs makes up the rest.
+  "$BIN" release pack --out "$WORK/origin/release.iso" --images 6 --layer-size 4MiB \
+    --rootfs-size $((want - (57 << 20))) >/dev/null
+fi
+SIZE=$(stat -L -c %s "$WORK/origin/release.iso")
+SUM=$(sha512sum "$WORK/origin/release.iso" | cut -d' ' -f1)
+
+nginx_port=$(pick_port)
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  log_format sent '\$bytes_sent';
+  access_log $WORK/nginx/logs/access.log sent;
+  sendfile on;
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:$nginx_port;
+    root $WORK/origin;
+  }
+}
+CONF
+"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+PIDS+=($!)
+URL=http://127.0.0.1:$nginx_port/release.iso
+for _ in $(seq 100); do curl -fsI "$URL" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fsI "$URL" >/dev/null || { echo "bench-acquire: nginx does not serve $URL:" >&2; cat "$WORK/nginx/logs/error.log" >&2; exit 1; }
+
+now() { date +%s.%N; }
+since() { echo "$(now) - $1" | bc -l; }
+best() { printf '%s\n' "$@" | sort -g | head -1; }
+# origin_bytes: every byte nginx sent so far (requests cut short included).
+origin_bytes() { awk '{ s += $1 } END { printf "%.0f\n", s }' "$WORK/nginx/logs/access.log"; }
+
+# proc PID: "<peak RSS MiB> <CPU seconds>" of a live process.
+proc() {
+  local hwm ticks
+  hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$1/status")
+  ticks=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat")
+  printf '%.0f %.2f\n' "$(echo "$hwm / 1024" | bc -l)" "$(echo "$ticks / $(getconf CLK_TCK)" | bc -l)"
+}
+
+serve_pid=
+# start_serve CACHE: start serve --iso-url on CACHE in the background (serve_pid, serve_port).
+start_serve() {
+  serve_port=$(pick_port)
+  UPGRADE_REPO_LOG_LEVEL=warn "$BIN" serve --iso-url "$URL" --iso-checksum "sha512:$SUM" \
+    --cache-dir "$1" --listen "127.0.0.1:$serve_port" 2>>"$WORK/serve.log" &
+  serve_pid=$!
+  PIDS+=("$serve_pid")
+}
+# wait_ready: wait until serve answers /readyz with 200; fails when it exits first.
+wait_ready() {
+  until curl -fs "http://127.0.0.1:$serve_port/readyz" >/dev/null 2>&1; do
+    kill -0 "$serve_pid" 2>/dev/null || { echo "bench-acquire: serve exited; its log:" >&2; tail -20 "$WORK/serve.log" >&2; exit 1; }
+    sleep 0.02
+  done
+}
+stop_serve() { kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; }
+
+check() { [ "$(sha512sum "$1" | cut -d' ' -f1)" = "$SUM" ] || { echo "bench-acquire: $1 is not the ISO" >&2; exit 1; }; }
+
+curl_t=() tee_t=() serve_t=() sum_t=() restart_t=() rss=() cpu=()
+for r in $(seq "$REPEAT"); do
+  echo "bench-acquire: round $r of $REPEAT ($SIZE bytes)" >&2
+  rm -f "$WORK/curl.iso"; sync
+  t=$(now)
+  curl -fsS -o "$WORK/curl.iso" "$URL"
+  [ "$(sha512sum "$WORK/curl.iso" | cut -d' ' -f1)" = "$SUM" ]
+  curl_t+=("$(since "$t")")
+
+  rm -f "$WORK/curl.iso"; sync
+  t=$(now)
+  got=$(curl -fsS "$URL" | tee "$WORK/curl.iso" | sha512sum | cut -d' ' -f1)
+  [ "$got" = "$SUM" ]
+  tee_t+=("$(since "$t")")
+  rm -f "$WORK/curl.iso"
+
+  rm -rf "$WORK/cache"; sync
+  t=$(now)
+  start_serve "$WORK/cache"
+  wait_ready
+  serve_t+=("$(since "$t")")
+  read -r m c < <(proc "$serve_pid")
+  rss+=("$m") cpu+=("$c")
+  stop_serve
+  iso=$WORK/cache/$SUM.iso
+  check "$iso"
+
+  t=$(now)
+  sha512sum "$iso" >/dev/null
+  sum_t+=("$(since "$t")")
+
+  t=$(now)
+  start_serve "$WORK/cache"
+  wait_ready
+  restart_t+=("$(since "$t")")
+  stop_serve
+done
+
+# resume: kill -9 at half, start again, count what the origin sent.
+rm -rf "$WORK/cache"; sync
+sleep 0.5 # nginx logs a request when it ends
+before=$(origin_bytes)
+start_serve "$WORK/cache"
+fetched() {
+  curl -fs "http://127.0.0.1:$serve_port/metrics" 2>/dev/null |
+    awk '$1 ~ /^upgrade_repo_peer_fetched_bytes_total/ { s += $2 } END { printf "%.0f\n", s }'
+}
+until [ "$(fetched)" -ge $((SIZE / 2)) ]; do
+  kill -0 "$serve_pid" 2>/dev/null || { echo "bench-acquire: serve ended before half of the ISO" >&2; exit 1; }
+  sleep 0.02
+done
+kill -KILL "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+t=$(now)
+start_serve "$WORK/cache"
+wait_ready
+resume_t=$(since "$t")
+stop_serve
+check "$WORK/cache/$SUM.iso"
+sleep 0.5 # nginx logs a request when it ends
+sent=$(( $(origin_bytes) - before ))
+
+c=$(best "${curl_t[@]}") ct=$(best "${tee_t[@]}") s=$(best "${serve_t[@]}")
+h=$(best "${sum_t[@]}") rs=$(best "${restart_t[@]}")
+printf '\n%-34s %10s\n' run "best (s)"
+printf '%-34s %10.2f\n' "curl, then sha512sum" "$c" "curl | tee | sha512sum" "$ct" "serve --iso-url (to ready)" "$s" \
+  "sha512sum of the cached copy" "$h" "serve restart on the cache" "$rs" "serve after SIGKILL at half" "$resume_t"
+printf '\nserve: peak RSS %s MiB, CPU %s s (best round: %s s)\n' "$(best "${rss[@]}")" "$(best "${cpu[@]}")" "$s"
+echo
+echo "iso_bytes=$SIZE"
+echo "curl_then_sha512sum_s=$c"
+echo "curl_tee_sha512sum_s=$ct"
+echo "serve_s=$s"
+echo "serve_vs_curl_then_sha512sum=$(printf '%.2f' "$(echo "$c / $s" | bc -l)")"
+echo "serve_vs_curl_tee_sha512sum=$(printf '%.2f' "$(echo "$ct / $s" | bc -l)")"
+echo "sha512sum_s=$h"
+echo "restart_s=$rs"
+echo "restart_vs_sha512sum=$(printf '%.1f' "$(echo "$h / $rs" | bc -l)")"
+echo "resume_after_half_s=$resume_t"
+echo "resume_origin_bytes=$sent"
+echo "resume_origin_bytes_over_iso=$(printf '%.3f' "$(echo "$sent / $SIZE" | bc -l)")"
+echo "serve_peak_rss_mib=$(best "${rss[@]}")"
+echo "serve_cpu_s=$(best "${cpu[@]}")"
