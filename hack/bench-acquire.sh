@@ -19,6 +19,7 @@
 # temporary directory goes, default $TMPDIR or /tmp), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/bench-lib.sh
 BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-1GiB}
 REPEAT=${REPEAT:-3}
@@ -37,15 +38,6 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# pick_port prints a loopback port nothing listens on.
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-}
 
 mkdir -p "$WORK/origin" "$WORK/nginx/logs"
 chmod 755 "$WORK" # nginx's workers run as an unprivileged user
@@ -90,14 +82,6 @@ since() { echo "$(now) - $1" | bc -l; }
 best() { printf '%s\n' "$@" | sort -g | head -1; }
 # origin_bytes: every byte nginx sent so far (requests cut short included).
 origin_bytes() { awk '{ s += $1 } END { printf "%.0f\n", s }' "$WORK/nginx/logs/access.log"; }
-
-# proc PID: "<peak RSS MiB> <CPU seconds>" of a live process.
-proc() {
-  local hwm ticks
-  hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$1/status")
-  ticks=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat")
-  printf '%.0f %.2f\n' "$(echo "$hwm / 1024" | bc -l)" "$(echo "$ticks / $(getconf CLK_TCK)" | bc -l)"
-}
 
 serve_pid=
 # start_serve CACHE: start serve --iso-url on CACHE in the background (serve_pid, serve_port).

@@ -25,6 +25,7 @@
 # goes, default $TMPDIR or /tmp), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/bench-lib.sh
 BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 NODES_LIST=${BENCH_NODES:-5}
 MBPS=${BENCH_ORIGIN_MBPS:-50}
@@ -70,14 +71,6 @@ now() { date +%s.%N; }
 
 # metric PROM NAME: the sum of the samples of metric NAME (any labels) in the text PROM.
 metric() { awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.0f\n", s }' <<<"$1"; }
-
-# proc PID: "<peak RSS MiB> <CPU seconds>" of a live process.
-proc() {
-  local hwm ticks
-  hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$1/status")
-  ticks=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat")
-  echo "$(echo "$hwm / 1024" | bc -l) $(echo "$ticks / $(getconf CLK_TCK)" | bc -l)"
-}
 
 # run NAME COUNT JOIN(yes|no): start COUNT agents, wait until all are ready, write the per-agent
 # figures to $WORK/NAME/agents and print "<seconds> <origin bytes>".

@@ -14,6 +14,7 @@
 # RANGED_CLIENTS (20; 0 skips the run), RANGED_SIZE (8388608).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/bench-lib.sh
 bin=${BIN:-bin/upgrade-repo}
 dir=${BENCH_DIR:-.cache/bench-serve}
 large=${LARGE_SIZE:-1GiB}
@@ -28,14 +29,6 @@ if [ ! -s "$dir/release.iso" ] || [ "$(cat "$dir/size" 2>/dev/null)" != "$large"
 fi
 go build -o "$dir/benchserve" ./hack/benchserve
 
-# pick_port prints a loopback port nothing listens on.
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-}
 nginx_port=$(pick_port)
 repo_port=$(pick_port)
 pids=()
