@@ -219,6 +219,24 @@ func value(t *testing.T, c prometheus.Metric) float64 {
 	return d.GetCounter().GetValue()
 }
 
+// A lone fetcher asks the origin for its chunks from the first on, in order, so that the sha512,
+// computed over the chunks held from the start of the ISO, is done as the last chunk lands.
+func TestOriginLoneFetchesInOrder(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	data, sha := isoData(t, n*testChunk)
+	o := newBadOrigin(t, data, nil)
+	l := newLone(t, peer.WithOriginParallel(1))
+	_, _, err := l.fetch(t, t.Context(), sha, o.url)
+	require.NoError(t, err)
+	l.requireISO(t, data)
+	want := []string{"GET bytes=0-0"}
+	for c := range n {
+		want = append(want, fmt.Sprintf("GET bytes=%d-%d", c*testChunk, (c+1)*testChunk-1))
+	}
+	require.Equal(t, want, o.requests())
+}
+
 // A lone fetcher gets the ISO from its origin whatever the origin's manners, and takes no byte of
 // it twice.
 func TestOriginFetch(t *testing.T) {

@@ -485,6 +485,7 @@ func (l *LocalISO) writeChunk(c int, data []byte, sum [sha256.Size]byte) error {
 	if _, err := l.f.WriteAt(data, int64(c)*l.chunkSize); err != nil {
 		return fmt.Errorf("write chunk %d of %s: %w", c, l.path, err)
 	}
+	startWriteback(l.f, int64(c)*l.chunkSize, int64(len(data)))
 	l.mu.Lock()
 	l.held.Set(c)
 	l.digests[c] = sum
