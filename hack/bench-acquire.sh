@@ -5,24 +5,28 @@
 #
 # A release ISO of BENCH_ISO_SIZE is packed (random, incompressible content written in full) into
 # a temporary directory that is removed at the end, unless BENCH_ISO names an existing ISO. Runs,
-# each REPEAT times (the best is reported):
+# each REPEAT times (the best is reported) but resume, run once:
 #   curl:        curl -o, then sha512sum of the file (the by-hand download and check);
 #   curl|tee:    curl | tee file | sha512sum (the check overlapped with the download);
 #   serve:       serve --iso-url --iso-checksum into an empty cache, until /readyz answers 200;
 #   sha512sum:   sha512sum of the verified copy (the by-hand check at every start);
 #   restart:     serve again on that cache, until /readyz (the record says the copy is unchanged);
 #   resume:      serve into an empty cache, killed with SIGKILL once it holds half of the ISO,
-#                then started again until /readyz: the origin's bytes over the ISO's size.
+#                then started again until /readyz: the origin's bytes over the ISO's size;
+#   budget:      curl, then sha512sum, and serve, from an origin with an egress budget of
+#                BENCH_ORIGIN_MBPS MB/s (hack/bench-distribute/origin.go), as across a WAN link.
 # For serve, its CPU seconds (user + system) and peak RSS (VmHWM). Ends with name=value lines.
 #
-# Knobs: BENCH_ISO_SIZE (1GiB), BENCH_ISO (an existing ISO), REPEAT (3), BENCH_TMP (where the
-# temporary directory goes, default $TMPDIR or /tmp), BIN (bin/upgrade-repo).
+# Knobs: BENCH_ISO_SIZE (1GiB), BENCH_ISO (an existing ISO), REPEAT (3), BENCH_ORIGIN_MBPS (100;
+# 0 skips the budget runs), BENCH_TMP (where the temporary directory goes, default $TMPDIR or
+# /tmp), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/bench-lib.sh
 BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-1GiB}
 REPEAT=${REPEAT:-3}
+MBPS=${BENCH_ORIGIN_MBPS:-100}
 [ -x "$BIN" ] || { echo "bench-acquire: $BIN missing (make build)" >&2; exit 1; }
 for c in xorriso curl nginx sha512sum; do
   command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-acquire: $c missing (make deps)" >&2; exit 1; }
@@ -164,11 +168,42 @@ check "$WORK/cache/$SUM.iso"
 sleep 0.5 # nginx logs a request when it ends
 sent=$(( $(origin_bytes) - before ))
 
+# The same download from an origin with an egress budget, as across a WAN link.
+wan_c=() wan_s=()
+if [ "$MBPS" -gt 0 ]; then
+  go build -o "$WORK/wan-origin" ./hack/bench-distribute
+  wan_port=$(pick_port)
+  "$WORK/wan-origin" --listen "127.0.0.1:$wan_port" --file "$WORK/origin/release.iso" --rate $((MBPS * 1000 * 1000)) &
+  PIDS+=($!)
+  URL=http://127.0.0.1:$wan_port/release.iso
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$wan_port/stats" >/dev/null 2>&1 && break; sleep 0.1; done
+  for r in $(seq "$REPEAT"); do
+    echo "bench-acquire: round $r of $REPEAT from an origin of $MBPS MB/s" >&2
+    rm -f "$WORK/curl.iso"; sync
+    t=$(now)
+    curl -fsS -o "$WORK/curl.iso" "$URL"
+    [ "$(sha512sum "$WORK/curl.iso" | cut -d' ' -f1)" = "$SUM" ]
+    wan_c+=("$(since "$t")")
+    rm -f "$WORK/curl.iso"
+
+    rm -rf "$WORK/cache"; sync
+    t=$(now)
+    start_serve "$WORK/cache"
+    wait_ready
+    wan_s+=("$(since "$t")")
+    stop_serve
+  done
+fi
+
 c=$(best "${curl_t[@]}") ct=$(best "${tee_t[@]}") s=$(best "${serve_t[@]}")
 h=$(best "${sum_t[@]}") rs=$(best "${restart_t[@]}")
 printf '\n%-34s %10s\n' run "best (s)"
 printf '%-34s %10.2f\n' "curl, then sha512sum" "$c" "curl | tee | sha512sum" "$ct" "serve --iso-url (to ready)" "$s" \
   "sha512sum of the cached copy" "$h" "serve restart on the cache" "$rs" "serve after SIGKILL at half" "$resume_t"
+if [ "$MBPS" -gt 0 ]; then
+  printf '%-34s %10.2f\n' "curl, then sha512sum ($MBPS MB/s)" "$(best "${wan_c[@]}")" \
+    "serve --iso-url ($MBPS MB/s)" "$(best "${wan_s[@]}")"
+fi
 printf '\nserve: peak RSS %s MiB, CPU %s s (best round: %s s)\n' "$(best "${rss[@]}")" "$(best "${cpu[@]}")" "$s"
 echo
 echo "iso_bytes=$SIZE"
@@ -183,5 +218,11 @@ echo "restart_vs_sha512sum=$(printf '%.1f' "$(echo "$h / $rs" | bc -l)")"
 echo "resume_after_half_s=$resume_t"
 echo "resume_origin_bytes=$sent"
 echo "resume_origin_bytes_over_iso=$(printf '%.3f' "$(echo "$sent / $SIZE" | bc -l)")"
+if [ "$MBPS" -gt 0 ]; then
+  echo "origin_mbps=$MBPS"
+  echo "budget_curl_then_sha512sum_s=$(best "${wan_c[@]}")"
+  echo "budget_serve_s=$(best "${wan_s[@]}")"
+  echo "budget_serve_vs_curl_then_sha512sum=$(printf '%.2f' "$(echo "$(best "${wan_c[@]}") / $(best "${wan_s[@]}")" | bc -l)")"
+fi
 echo "serve_peak_rss_mib=$(best "${rss[@]}")"
 echo "serve_cpu_s=$(best "${cpu[@]}")"
