@@ -247,7 +247,7 @@ func (r *run) watchedGet(ctx context.Context, url string, off, n int64, toPeer b
 	if toPeer {
 		r.f.authorize(req)
 	}
-	resp, err := r.f.o.client.Do(req)
+	resp, err := r.f.o.client.Do(req) //nolint:bodyclose // the caller closes it with w.close
 	if err != nil {
 		err = w.cause(redact.Error(err))
 		w.close()

@@ -140,19 +140,20 @@ func (s *Store) findContentDir(ctx context.Context) *directIngest {
 		s.log.Info("direct ingest off: cannot ask containerd for its content directory", "err", err)
 		return nil
 	}
-	for _, p := range resp.GetPlugins() {
-		root := p.GetExports()["root"]
-		d, err := newDirectIngest(root)
-		if err != nil {
-			s.log.Info("direct ingest off: content directory out of reach", "dir", root, "err", err)
-			return nil
-		}
-		d.removeStale()
-		s.log.Debug("direct ingest on", "dir", root)
-		return d
+	plugins := resp.GetPlugins()
+	if len(plugins) == 0 {
+		s.log.Info("direct ingest off: containerd reports no local content store")
+		return nil
 	}
-	s.log.Info("direct ingest off: containerd reports no local content store")
-	return nil
+	root := plugins[0].GetExports()["root"]
+	d, err := newDirectIngest(root)
+	if err != nil {
+		s.log.Info("direct ingest off: content directory out of reach", "dir", root, "err", err)
+		return nil
+	}
+	d.removeStale()
+	s.log.Debug("direct ingest on", "dir", root)
+	return d
 }
 
 // contentPluginType is the plugin type of containerd's content store.

@@ -230,7 +230,7 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 				return total, err
 			}
 		}
-		if c.err == io.EOF {
+		if errors.Is(c.err, io.EOF) {
 			return total, nil
 		}
 		if c.err != nil {
