@@ -107,27 +107,43 @@ stop_serve() { kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; }
 
 check() { [ "$(sha512sum "$1" | cut -d' ' -f1)" = "$SUM" ] || { echo "bench-acquire: $1 is not the ISO" >&2; exit 1; }; }
 
+# by_hand: curl -o from $URL, then sha512sum of the file; its seconds in elapsed.
+by_hand() {
+  rm -f "$WORK/curl.iso"; sync
+  local t
+  t=$(now)
+  curl -fsS -o "$WORK/curl.iso" "$URL"
+  check "$WORK/curl.iso"
+  elapsed=$(since "$t")
+  rm -f "$WORK/curl.iso"
+}
+
+# serve_fresh: serve --iso-url from $URL into an empty cache until ready; its seconds in elapsed.
+# serve is left running (serve_pid) for the caller to measure and stop.
+serve_fresh() {
+  rm -rf "$WORK/cache"; sync
+  local t
+  t=$(now)
+  start_serve "$WORK/cache"
+  wait_ready
+  elapsed=$(since "$t")
+}
+
 curl_t=() tee_t=() serve_t=() sum_t=() restart_t=() rss=() cpu=()
 for r in $(seq "$REPEAT"); do
   echo "bench-acquire: round $r of $REPEAT ($SIZE bytes)" >&2
-  rm -f "$WORK/curl.iso"; sync
-  t=$(now)
-  curl -fsS -o "$WORK/curl.iso" "$URL"
-  [ "$(sha512sum "$WORK/curl.iso" | cut -d' ' -f1)" = "$SUM" ]
-  curl_t+=("$(since "$t")")
+  by_hand
+  curl_t+=("$elapsed")
 
-  rm -f "$WORK/curl.iso"; sync
+  sync
   t=$(now)
   got=$(curl -fsS "$URL" | tee "$WORK/curl.iso" | sha512sum | cut -d' ' -f1)
   [ "$got" = "$SUM" ]
   tee_t+=("$(since "$t")")
   rm -f "$WORK/curl.iso"
 
-  rm -rf "$WORK/cache"; sync
-  t=$(now)
-  start_serve "$WORK/cache"
-  wait_ready
-  serve_t+=("$(since "$t")")
+  serve_fresh
+  serve_t+=("$elapsed")
   read -r m c < <(proc "$serve_pid")
   rss+=("$m") cpu+=("$c")
   stop_serve
@@ -179,18 +195,10 @@ if [ "$MBPS" -gt 0 ]; then
   for _ in $(seq 100); do curl -fs "http://127.0.0.1:$wan_port/stats" >/dev/null 2>&1 && break; sleep 0.1; done
   for r in $(seq "$REPEAT"); do
     echo "bench-acquire: round $r of $REPEAT from an origin of $MBPS MB/s" >&2
-    rm -f "$WORK/curl.iso"; sync
-    t=$(now)
-    curl -fsS -o "$WORK/curl.iso" "$URL"
-    [ "$(sha512sum "$WORK/curl.iso" | cut -d' ' -f1)" = "$SUM" ]
-    wan_c+=("$(since "$t")")
-    rm -f "$WORK/curl.iso"
-
-    rm -rf "$WORK/cache"; sync
-    t=$(now)
-    start_serve "$WORK/cache"
-    wait_ready
-    wan_s+=("$(since "$t")")
+    by_hand
+    wan_c+=("$elapsed")
+    serve_fresh
+    wan_s+=("$elapsed")
     stop_serve
   done
 fi
