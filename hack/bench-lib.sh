@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench-lib.sh: helpers the bench-*.sh scripts source.
 
-# pick_port prints a loopback port nothing listens on.
+# pick_port prints a loopback port nothing listens on, below Linux's ephemeral ports (32768 and
+# up), so that no outgoing connection of the bench holds it by the time a server binds it.
 pick_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % 12000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
 }
