@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 )
 
@@ -485,7 +487,9 @@ func (l *LocalISO) writeChunk(c int, data []byte, sum [sha256.Size]byte) error {
 	if _, err := l.f.WriteAt(data, int64(c)*l.chunkSize); err != nil {
 		return fmt.Errorf("write chunk %d of %s: %w", c, l.path, err)
 	}
-	startWriteback(l.f, int64(c)*l.chunkSize, int64(len(data)))
+	// Start writing the chunk back to disk without waiting, so that the fsync before the verified
+	// ISO is moved into place finds little left to write; errors are left to that fsync.
+	_ = unix.SyncFileRange(int(l.f.Fd()), int64(c)*l.chunkSize, int64(len(data)), unix.SYNC_FILE_RANGE_WRITE)
 	l.mu.Lock()
 	l.held.Set(c)
 	l.digests[c] = sum
