@@ -148,5 +148,7 @@ func TestGossipBytesCounted(t *testing.T) {
 			t.Fatal("the ISO's entry never reached a")
 		}
 	}
-	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("packet")), "probes and the delta")
+	// b counts a packet once its send returns, which can be after a has applied it.
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("packet")) > 0 },
+		5*time.Second, 10*time.Millisecond, "probes and the delta")
 }
