@@ -116,10 +116,43 @@ type RepoNodeStatus struct {
 	// Cache is the node cache's file system, for the pre-flight space check.
 	// +optional
 	Cache RepoNodeCache `json:"cache,omitempty"`
+	// Step is what the node's upgrade step last reported through the agent (POST /v1/step);
+	// nil until a step reports.
+	// +optional
+	Step *RepoNodeStep `json:"step,omitempty"`
 	// HeartbeatTime is when the agent last wrote the report.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
 }
+
+// RepoNodeStep is the stage a node's upgrade step reported to its node's agent: the contract
+// between any upgrade image and the sequencer. The sequencer shows Stage as the node's state in
+// the plan while the node's step runs.
+type RepoNodeStep struct {
+	// Plan is the UpgradePlan the step runs for (the step's UPGRADE_PLAN).
+	// +optional
+	Plan string `json:"plan,omitempty"`
+	// Stage is where the step stands.
+	Stage StepStage `json:"stage"`
+	// Message says what the step is doing, for humans.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time is when the step reported Stage.
+	// +optional
+	Time metav1.Time `json:"time,omitempty"`
+}
+
+// StepStage is a stage an upgrade step reports, in the names of the upgrade design's node states.
+// +kubebuilder:validation:Enum=KubernetesUpgrading;KubernetesUpgraded;OSUpgrading;OSUpgraded
+type StepStage string
+
+// The stages a step may report, in the order they happen.
+const (
+	StageKubernetesUpgrading StepStage = "KubernetesUpgrading"
+	StageKubernetesUpgraded  StepStage = "KubernetesUpgraded"
+	StageOSUpgrading         StepStage = "OSUpgrading"
+	StageOSUpgraded          StepStage = "OSUpgraded"
+)
 
 // RepoNode is one node agent's report, named after the node.
 //

@@ -152,6 +152,12 @@ const (
 	NodeUpgradePaused       NodeState = "UpgradePaused"
 	NodeCordoned            NodeState = "Cordoned"
 	NodeUpgrading           NodeState = "Upgrading"
+	// NodeKubernetesUpgrading, NodeKubernetesUpgraded, NodeOSUpgrading and NodeOSUpgraded are
+	// the stages the node's upgrade step reported (RepoNodeStep) while it runs.
+	NodeKubernetesUpgrading NodeState = "KubernetesUpgrading"
+	NodeKubernetesUpgraded  NodeState = "KubernetesUpgraded"
+	NodeOSUpgrading         NodeState = "OSUpgrading"
+	NodeOSUpgraded          NodeState = "OSUpgraded"
 	// NodeRejoining: the node step succeeded and the node was uncordoned; the next node waits
 	// until this one is Ready, its agent reports again and its control-plane pods are Ready.
 	NodeRejoining     NodeState = "Rejoining"
@@ -183,6 +189,18 @@ type NodeUpgradeStatus struct {
 	// BytesTotal is how many archive bytes there are to preload.
 	// +optional
 	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// StateTime is when the node entered State.
+	// +optional
+	StateTime *metav1.Time `json:"stateTime,omitempty"`
+	// KubeletVersionBefore is the kubelet version the node reported when the plan started.
+	// +optional
+	KubeletVersionBefore string `json:"kubeletVersionBefore,omitempty"`
+	// KubeletVersion is the kubelet version the node reports now.
+	// +optional
+	KubeletVersion string `json:"kubeletVersion,omitempty"`
+	// TargetKubeletVersion is the kubelet version the release brings (its Kubernetes version).
+	// +optional
+	TargetKubeletVersion string `json:"targetKubeletVersion,omitempty"`
 	// LastProgressTime is when the node last moved: a new state or reason, or more bytes or
 	// images done. A node that has not moved for the sequencer's node stall time makes the
 	// plan Degraded.
@@ -210,6 +228,10 @@ type ReleaseMetadata struct {
 	Kubevirt string `json:"kubevirt,omitempty"`
 	// MinUpgradableVersion is the oldest version that may upgrade to this release.
 	MinUpgradableVersion string `json:"minUpgradableVersion,omitempty"`
+	// Etcd is the etcd image tag the release's control plane runs (kubeadm releases).
+	Etcd string `json:"etcd,omitempty"`
+	// CoreDNS is the CoreDNS image tag the release's cluster runs (kubeadm releases).
+	CoreDNS string `json:"coredns,omitempty"`
 }
 
 // AgentInstructions is what the sequencer asks of the node agents. Agents read it; only the
