@@ -2,7 +2,8 @@
 # image.sh IMAGE: builds the upgrade-repo container image FROM scratch with the local docker engine.
 # The build context is a temporary directory holding only the static binary and the CA bundle, so
 # nothing is pulled and nothing else from the checkout ends up in the image.
-#   env: VERSION (stamped into the binary; default: git describe), CA_BUNDLE (default: the host's).
+#   env: VERSION (stamped into the binary; default: git describe), CA_BUNDLE (default: the host's),
+#        DOCKERFILE (Dockerfile; Dockerfile.kubeadm builds the kubeadm upgrade image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=${1:-upgrade-repo:dev}
@@ -16,10 +17,11 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/upgrade-repo" ./cmd/upgrade-repo
 cp "$ca_bundle" "$ctx/ca-certificates.crt"
+cp "${DOCKERFILE:-Dockerfile}" "$ctx/"
 # The legacy builder needs no buildx plugin and handles FROM scratch without a registry.
 builder=()
 docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
-if ! out=$("${builder[@]}" docker build -q -f Dockerfile -t "$image" "$ctx" 2>&1); then
+if ! out=$("${builder[@]}" docker build -q -f "$ctx/$(basename "${DOCKERFILE:-Dockerfile}")" -t "$image" "$ctx" 2>&1); then
   echo "image: docker build of $image failed:" >&2
   echo "$out" >&2
   exit 1

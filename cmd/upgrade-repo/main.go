@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"agent":     {"the per-node agent: acquire, serve, share and preload the release", runAgent},
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
+		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},
 		"version":   {"print the version of this binary", runVersion},
 	}
 }

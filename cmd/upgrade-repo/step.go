@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgrade-repo/upgrade-repo/nodestep"
+	"github.com/upgrade-repo/upgrade-repo/nodestep/kubeadm"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
+)
+
+// runStep runs a release's node step inside an UpgradePlan's node Job: `step kubeadm` upgrades
+// a kubeadm node (the entry point of the kubeadm upgrade image, Dockerfile.kubeadm).
+func runStep(ctx context.Context, a *app, args []string) error {
+	if len(args) == 0 || args[0] != "kubeadm" {
+		return fmt.Errorf("%w: step kubeadm [flags]: the only node step is kubeadm", errUsage)
+	}
+	fset := flag.NewFlagSet("step kubeadm", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	root := fset.String("root", "/host", "`dir` where the node's / is mounted")
+	target := fset.String("version", "", "Kubernetes `version` to upgrade to (default: the release's, read from UPGRADE_REPO_URL)")
+	readyTimeout := fset.Duration("ready-timeout", 5*time.Minute, "how long to wait for the node to report the new kubelet and be Ready")
+	if help, err := parseFlags(fset, args[1:]); help || err != nil {
+		return err
+	}
+	env := nodestep.EnvFrom(os.Getenv)
+	if env.Node == "" || env.RepoURL == "" {
+		return errors.New("step kubeadm: UPGRADE_NODE_NAME and UPGRADE_REPO_URL must be set (it runs in an UpgradePlan's node Job)")
+	}
+	hc := &http.Client{Timeout: 10 * time.Minute}
+	if *target == "" {
+		rel, err := repoclient.Load(ctx, hc, env.RepoURL)
+		switch {
+		case err == nil && rel.Kubernetes != "":
+			*target = rel.Kubernetes
+		case env.Kubernetes != "":
+			*target = env.Kubernetes
+		case err != nil:
+			return fmt.Errorf("step kubeadm: the release's Kubernetes version: %w", err)
+		default:
+			return errors.New("step kubeadm: the release names no Kubernetes version")
+		}
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return fmt.Errorf("step kubeadm: %w", err)
+	}
+	cfg.Timeout = 30 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("step kubeadm: %w", err)
+	}
+	log := a.log.With("step", "kubeadm", "plan", env.Plan)
+	s := &kubeadm.Step{
+		Node: env.Node, Target: *target, Force: env.Force, Root: *root,
+		Host: kubeadm.NodeHost{Root: *root}, Cluster: kubeadm.KubeCluster{Client: cs},
+		Fetch:  &nodestep.Fetcher{HTTP: hc, RepoURL: env.RepoURL},
+		Report: &nodestep.Reporter{RepoURL: env.RepoURL, Plan: env.Plan, Log: log},
+		Log:    log, ReadyTimeout: *readyTimeout,
+	}
+	return s.Run(ctx)
+}

@@ -1,0 +1,414 @@
+// Package kubeadm is the node step of a kubeadm cluster's release: it moves one node to the
+// release's Kubernetes version the way kubeadm's upgrade procedure does, with the binaries the
+// release carries.
+//
+// On the first control-plane node (the cluster's kubeadm configuration still names an older
+// version): kubeadm from the release, `kubeadm upgrade plan VERSION` then `kubeadm upgrade apply
+// VERSION --yes`. On every other node: `kubeadm upgrade node`. Then the kubelet and kubectl from
+// the release, replaced atomically, the kubelet restarted, and the step waits for the node to
+// report the new kubelet version and be Ready. Before it changes anything it refuses what
+// kubeadm's version-skew rules forbid (a downgrade, a minor version skipped, a kubelet newer than
+// the control plane) unless the plan says force; a node already at the version is left alone.
+//
+// The step runs in a privileged pod that sees the node's / at Step.Root and the node's PID
+// namespace; kubeadm and systemctl run in the node's namespaces through Host.
+//
+// Imports: nodestep, client-go's types through Cluster, and the standard library.
+package kubeadm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/upgrade-repo/upgrade-repo/nodestep"
+)
+
+// BinDir is the release directory holding a platform's kubeadm, kubelet and kubectl and their
+// nodestep.SumsFile, for GOOS and GOARCH.
+func BinDir(goos, goarch string) string {
+	return path.Join("kubernetes", goos+"-"+goarch)
+}
+
+// Host runs programs of the node in the node's namespaces.
+type Host interface {
+	// Run runs name with args as the node's own processes run, and returns its combined output.
+	// A non-zero exit is an error that includes the end of the output.
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// NodeInfo is what the step reads of its node.
+type NodeInfo struct {
+	// KubeletVersion is the kubelet version the node reports.
+	KubeletVersion string
+	// Ready is the node's Ready condition.
+	Ready bool
+}
+
+// Cluster is what the step reads from the API server. Calls may fail while the API server
+// restarts; the step retries them.
+type Cluster interface {
+	// Node reads the node named name.
+	Node(ctx context.Context, name string) (NodeInfo, error)
+	// ControlPlaneVersion is the Kubernetes version of the cluster's control plane as kubeadm
+	// records it (kubeadm-config's ClusterConfiguration.kubernetesVersion).
+	ControlPlaneVersion(ctx context.Context) (string, error)
+}
+
+// ErrRefused is returned, before anything changed, for an upgrade the version-skew rules forbid.
+var ErrRefused = errors.New("upgrade refused")
+
+// Step upgrades one node. Every field but Force, Log and the durations is required.
+type Step struct {
+	// Node is the node's name.
+	Node string
+	// Target is the release's Kubernetes version (v1.34.4).
+	Target string
+	// Force lets a skippable refusal through with a warning, and is passed to kubeadm.
+	Force bool
+	// Root is where the node's / is seen (/host).
+	Root string
+	// Host runs kubeadm and systemctl on the node.
+	Host Host
+	// Cluster reads the node and the control plane's version.
+	Cluster Cluster
+	// Fetch reads the release's binaries from the node's agent.
+	Fetch *nodestep.Fetcher
+	// Report tells the agent the step's stage.
+	Report *nodestep.Reporter
+	// Log receives what the step does and kubeadm's output.
+	Log *slog.Logger
+	// ReadyTimeout bounds the wait for the node to report the new kubelet (default 5m).
+	ReadyTimeout time.Duration
+	// Poll is the interval of that wait and of the API retries (default 2s).
+	Poll time.Duration
+}
+
+// Action is what a node needs.
+type Action int
+
+// The actions, from none to the most.
+const (
+	// Done: the node is at the target already.
+	Done Action = iota
+	// Apply: `kubeadm upgrade apply` (the first control-plane node).
+	Apply
+	// UpgradeNode: `kubeadm upgrade node` (every other node).
+	UpgradeNode
+)
+
+func (a Action) String() string {
+	return [...]string{"nothing to do", "kubeadm upgrade apply", "kubeadm upgrade node"}[a]
+}
+
+// Facts is what Decide judges.
+type Facts struct {
+	// Target is the release's version.
+	Target string
+	// ControlPlane is the control plane's version (kubeadm-config).
+	ControlPlane string
+	// Kubelet is the node's kubelet version.
+	Kubelet string
+	// IsControlPlane says the node runs the control plane's static pods.
+	IsControlPlane bool
+	// APIServer is the version of this node's kube-apiserver static pod (its image tag), for a
+	// control-plane node.
+	APIServer string
+	// Force lets skippable refusals through.
+	Force bool
+}
+
+// Decide says what the node needs, or why the upgrade is refused (an error wrapping
+// ErrRefused), with the warnings of the refusals Force let through. It is kubeadm's version-skew
+// policy for an upgrade: never a downgrade, at most one minor version at a time, the kubelets
+// never newer than the control plane.
+func Decide(f Facts) (Action, []string, error) {
+	target, err := version.ParseGeneric(f.Target)
+	if err != nil {
+		return 0, nil, fmt.Errorf("release's Kubernetes version %q: %w", f.Target, err)
+	}
+	cp, err := version.ParseGeneric(f.ControlPlane)
+	if err != nil {
+		return 0, nil, fmt.Errorf("control plane's version %q: %w", f.ControlPlane, err)
+	}
+	kubelet, err := version.ParseGeneric(f.Kubelet)
+	if err != nil {
+		return 0, nil, fmt.Errorf("node's kubelet version %q: %w", f.Kubelet, err)
+	}
+	apiOK := !f.IsControlPlane
+	if f.IsControlPlane && f.APIServer != "" {
+		if v, err := version.ParseGeneric(f.APIServer); err == nil {
+			apiOK = v.AtLeast(target)
+		}
+	}
+	if kubelet.EqualTo(target) && cp.AtLeast(target) && apiOK {
+		return Done, nil, nil
+	}
+	var refusals []string
+	switch {
+	case target.LessThan(cp):
+		refusals = append(refusals, fmt.Sprintf("%s is a downgrade of the control plane at %s", f.Target, f.ControlPlane))
+	case target.Major() != cp.Major():
+		refusals = append(refusals, fmt.Sprintf("%s changes the major version of the control plane at %s", f.Target, f.ControlPlane))
+	case target.Minor() > cp.Minor()+1:
+		refusals = append(refusals, fmt.Sprintf("%s skips a minor version: the control plane is at %s, upgrade one minor version at a time", f.Target, f.ControlPlane))
+	}
+	if target.LessThan(kubelet) {
+		refusals = append(refusals, fmt.Sprintf("%s is a downgrade of the node's kubelet at %s", f.Target, f.Kubelet))
+	}
+	if len(refusals) > 0 && !f.Force {
+		return 0, nil, fmt.Errorf("%w: %s (the plan's force lets it through)", ErrRefused, strings.Join(refusals, "; "))
+	}
+	if !f.IsControlPlane && cp.LessThan(target) && !f.Force {
+		// Not skippable by kubeadm either: `kubeadm upgrade node` would configure a kubelet
+		// newer than the API server.
+		return 0, nil, fmt.Errorf("%w: the control plane is at %s; it is upgraded to %s before the other nodes, so that no kubelet is newer than the control plane", ErrRefused, f.ControlPlane, f.Target)
+	}
+	if f.IsControlPlane && cp.LessThan(target) {
+		return Apply, refusals, nil
+	}
+	return UpgradeNode, refusals, nil
+}
+
+// Run upgrades the node: decide, report KubernetesUpgrading, kubeadm, kubelet, wait, report
+// KubernetesUpgraded. A node at the target returns nil having changed nothing.
+func (s *Step) Run(ctx context.Context) error {
+	if s.ReadyTimeout <= 0 {
+		s.ReadyTimeout = 5 * time.Minute
+	}
+	if s.Poll <= 0 {
+		s.Poll = 2 * time.Second
+	}
+	log := s.Log.With("node", s.Node, "target", s.Target)
+	f, err := s.facts(ctx)
+	if err != nil {
+		return err
+	}
+	action, warnings, err := Decide(f)
+	log.Info("judged", "controlPlane", f.ControlPlane, "kubelet", f.Kubelet, "isControlPlane", f.IsControlPlane, "apiServer", f.APIServer, "action", action.String())
+	if err != nil {
+		return fmt.Errorf("node %s: %w", s.Node, err)
+	}
+	for _, w := range warnings {
+		log.Warn("forced", "refusal", w)
+	}
+	if action == Done {
+		s.Report.Report(ctx, nodestep.KubernetesUpgraded, fmt.Sprintf("already at %s: nothing to do", s.Target))
+		return nil
+	}
+	s.Report.Report(ctx, nodestep.KubernetesUpgrading, fmt.Sprintf("%s %s (kubelet %s)", action, s.Target, f.Kubelet))
+
+	dir := BinDir(runtime.GOOS, runtime.GOARCH)
+	sums, err := s.Fetch.Sums(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("read the release's binaries: %w", err)
+	}
+	bins, err := s.binaries(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.install(ctx, dir, sums, "kubeadm", bins["kubeadm"], log); err != nil {
+		return err
+	}
+	if err := s.checkVersion(ctx, bins["kubeadm"]); err != nil {
+		return err
+	}
+	switch action {
+	case Apply:
+		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], "upgrade", "plan", s.Target); err != nil {
+			return err
+		}
+		args := []string{"upgrade", "apply", s.Target, "--yes"}
+		if s.Force {
+			args = append(args, "--force")
+		}
+		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], args...); err != nil {
+			return err
+		}
+	case UpgradeNode:
+		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], "upgrade", "node"); err != nil {
+			return err
+		}
+	}
+	s.Report.Report(ctx, nodestep.KubernetesUpgrading, fmt.Sprintf("kubelet %s -> %s", f.Kubelet, s.Target))
+	for _, name := range []string{"kubectl", "kubelet"} {
+		if bins[name] == "" {
+			log.Info("not on the node: left out", "binary", name)
+			continue
+		}
+		if err := s.install(ctx, dir, sums, name, bins[name], log); err != nil {
+			return err
+		}
+	}
+	for _, args := range [][]string{{"daemon-reload"}, {"restart", "kubelet"}} {
+		if _, err := s.Host.Run(ctx, "systemctl", args...); err != nil {
+			return fmt.Errorf("systemctl %s: %w", strings.Join(args, " "), err)
+		}
+	}
+	log.Info("kubelet restarted")
+	if err := s.waitNode(ctx); err != nil {
+		return err
+	}
+	s.Report.Report(ctx, nodestep.KubernetesUpgraded, fmt.Sprintf("kubelet %s, Ready", s.Target))
+	return nil
+}
+
+// facts gathers Decide's input, retrying the API server through a restart.
+func (s *Step) facts(ctx context.Context) (Facts, error) {
+	f := Facts{Target: s.Target, Force: s.Force}
+	err := s.retry(ctx, "read the node and the control plane's version", func() error {
+		n, err := s.Cluster.Node(ctx, s.Node)
+		if err != nil {
+			return err
+		}
+		f.Kubelet = n.KubeletVersion
+		f.ControlPlane, err = s.Cluster.ControlPlaneVersion(ctx)
+		return err
+	})
+	if err != nil {
+		return Facts{}, err
+	}
+	manifest, err := os.ReadFile(filepath.Join(s.Root, "etc/kubernetes/manifests/kube-apiserver.yaml"))
+	switch {
+	case err == nil:
+		f.IsControlPlane = true
+		if m := apiServerImage.FindSubmatch(manifest); m != nil {
+			f.APIServer = string(m[1])
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return Facts{}, fmt.Errorf("read the kube-apiserver manifest: %w", err)
+	}
+	return f, nil
+}
+
+// apiServerImage finds the tag of the kube-apiserver image in its static pod manifest.
+var apiServerImage = regexp.MustCompile(`image:\s*["']?\S*/kube-apiserver:([^\s"'@]+)`)
+
+// binaryDirs are where the node's kubeadm, kubelet and kubectl are looked for, in order.
+var binaryDirs = []string{"usr/bin", "usr/local/bin"}
+
+// binaries finds the node's kubeadm, kubelet (the path systemd runs, when it says) and kubectl,
+// as paths under Root. kubeadm and kubelet are required; kubectl is "" when the node has none.
+func (s *Step) binaries(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	if b, err := s.Host.Run(ctx, "systemctl", "show", "--property=ExecStart", "kubelet"); err == nil {
+		if m := regexp.MustCompile(`path=(/\S+)`).FindSubmatch(b); m != nil {
+			out["kubelet"] = filepath.Join(s.Root, string(m[1]))
+		}
+	}
+	for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
+		if out[name] != "" {
+			continue
+		}
+		for _, d := range binaryDirs {
+			p := filepath.Join(s.Root, d, name)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				out[name] = p
+				break
+			}
+		}
+	}
+	for _, name := range []string{"kubeadm", "kubelet"} {
+		if out[name] == "" {
+			return nil, fmt.Errorf("the node has no %s in /%s", name, strings.Join(binaryDirs, " or /"))
+		}
+	}
+	return out, nil
+}
+
+func (s *Step) install(ctx context.Context, dir string, sums map[string]string, name, dst string, log *slog.Logger) error {
+	sum, ok := sums[name]
+	if !ok {
+		return fmt.Errorf("the release's %s/%s does not list %s", dir, nodestep.SumsFile, name)
+	}
+	changed, err := s.Fetch.Install(ctx, dir+"/"+name, sum, dst, 0o755)
+	if err != nil {
+		return err
+	}
+	log.Info("binary", "name", name, "path", strings.TrimPrefix(dst, s.Root), "sha256", sum, "replaced", changed)
+	return nil
+}
+
+// checkVersion makes sure the kubeadm installed is the release's version.
+func (s *Step) checkVersion(ctx context.Context, kubeadm string) error {
+	out, err := s.Host.Run(ctx, s.hostPath(kubeadm), "version", "-o", "short")
+	if err != nil {
+		return fmt.Errorf("kubeadm version: %w", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != s.Target {
+		return fmt.Errorf("the release's kubeadm says it is %s, the release says %s", got, s.Target)
+	}
+	return nil
+}
+
+func (s *Step) hostPath(p string) string { return "/" + strings.TrimLeft(strings.TrimPrefix(p, s.Root), "/") }
+
+func (s *Step) kubeadm(ctx context.Context, log *slog.Logger, bin string, args ...string) ([]byte, error) {
+	log.Info("running", "command", "kubeadm "+strings.Join(args, " "))
+	start := time.Now()
+	out, err := s.Host.Run(ctx, s.hostPath(bin), args...)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line != "" {
+			log.Info("kubeadm", "out", line)
+		}
+	}
+	if err != nil {
+		return out, fmt.Errorf("kubeadm %s: %w", strings.Join(args, " "), err)
+	}
+	log.Info("done", "command", "kubeadm "+strings.Join(args[:min(2, len(args))], " "), "seconds", time.Since(start).Seconds())
+	return out, nil
+}
+
+// waitNode waits for the node to report the target kubelet version and be Ready.
+func (s *Step) waitNode(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.ReadyTimeout)
+	defer cancel()
+	var last NodeInfo
+	var lastErr error
+	for {
+		n, err := s.Cluster.Node(ctx, s.Node)
+		if err == nil && n.Ready && n.KubeletVersion == s.Target {
+			return nil
+		}
+		last, lastErr = n, err
+		select {
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("node %s not Ready at kubelet %s after %s: %w", s.Node, s.Target, s.ReadyTimeout, lastErr)
+			}
+			return fmt.Errorf("node %s not Ready at kubelet %s after %s: it reports kubelet %s, ready=%t", s.Node, s.Target, s.ReadyTimeout, last.KubeletVersion, last.Ready)
+		case <-time.After(s.Poll):
+		}
+	}
+}
+
+// retry runs f until it succeeds, for at most ReadyTimeout: the API server restarts during an
+// upgrade.
+func (s *Step) retry(ctx context.Context, what string, f func() error) error {
+	deadline := time.Now().Add(s.ReadyTimeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		s.Log.Warn("retrying", "what", what, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(s.Poll):
+		}
+	}
+}
