@@ -351,7 +351,9 @@ func (s *Step) checkVersion(ctx context.Context, kubeadm string) error {
 	return nil
 }
 
-func (s *Step) hostPath(p string) string { return "/" + strings.TrimLeft(strings.TrimPrefix(p, s.Root), "/") }
+func (s *Step) hostPath(p string) string {
+	return "/" + strings.TrimLeft(strings.TrimPrefix(p, s.Root), "/")
+}
 
 func (s *Step) kubeadm(ctx context.Context, log *slog.Logger, bin string, args ...string) ([]byte, error) {
 	log.Info("running", "command", "kubeadm "+strings.Join(args, " "))

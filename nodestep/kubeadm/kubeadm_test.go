@@ -3,8 +3,8 @@ package kubeadm
 import (
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -256,4 +256,3 @@ func TestStepRun(t *testing.T) {
 		})
 	}
 }
-
