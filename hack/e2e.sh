@@ -25,12 +25,18 @@
 #   three    three management nodes (the control plane and two management workers)
 #   witness  two management nodes and a witness node
 #   four     three management nodes and one worker
+#   kubeadm  a real Kubernetes upgrade: the kind control plane and two workers, started from
+#            E2E_KUBEADM_FROM_IMAGE (local/kind-node:v1.33.13) and upgraded by an UpgradePlan with
+#            the kubeadm upgrade image (Dockerfile.kubeadm) to the release that
+#            hack/kubeadm-release.sh packs from E2E_KUBEADM_WORK (the target version's
+#            ../shared/tools/kind-offline.sh WORK, ~/.cache/kind-offline: v1.34.4); runs TestKubeadmUpgrade
 #
 # env: KIND_NODE_IMAGE, E2E_FORMATION (four), E2E_CLUSTER (upgrade-repo-e2e), E2E_KEEP,
 #      E2E_FRESH (1: delete an existing cluster first), E2E_PREBUILT, E2E_RUN (a go test -run
 #      pattern), E2E_TIMEOUT (go test timeout, 60m), E2E_REBOOT (1: the test upgrade image reboots
 #      each node after its work; 0: it does not), E2E_STEP_REPO (require: the test upgrade image
-#      must read the release's metadata from the repo the sequencer gives it; try; skip).
+#      must read the release's metadata from the repo the sequencer gives it; try; skip),
+#      E2E_KUBEADM_FROM_IMAGE and E2E_KUBEADM_WORK (formation kubeadm).
 # kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
 # there first, as it matches the offline node image.
 set -euo pipefail
@@ -47,6 +53,11 @@ kubeconfig=$artifacts/kubeconfig
 image=upgrade-repo:e2e
 test_image=upgrade-repo-e2e-testimage:e2e
 upgrade_image=upgrade-repo-e2e-upgrade:e2e
+# Formation kubeadm: the kubeadm upgrade image, the node image the cluster starts from and the
+# target version's artifacts (../shared/E2E.md, "Two Kubernetes versions").
+kubeadm_image=upgrade-repo-kubeadm:e2e
+kubeadm_from_image=${E2E_KUBEADM_FROM_IMAGE:-local/kind-node:v1.33.13}
+kubeadm_work=${E2E_KUBEADM_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline}
 # The product's script steps (bash, curl, yq, jq, zstdcat, ctr) for TestCompatScriptSteps: built
 # and loaded only when the tests to run include it (the whole suite, or an E2E_RUN naming it).
 script_image=upgrade-repo-e2e-scripts:e2e
@@ -66,11 +77,12 @@ roles() {
     three) printf '%s\n' management management ;;
     witness) printf '%s\n' management witness ;;
     four) printf '%s\n' management management worker ;;
+    kubeadm) printf '%s\n' worker worker ;;
     *) return 1 ;;
   esac
 }
 case $mode in
-  run) roles "$formation" >/dev/null || { log "unknown E2E_FORMATION=$formation (single, two, three, witness, four)"; exit 2; } ;;
+  run) roles "$formation" >/dev/null || { log "unknown E2E_FORMATION=$formation (single, two, three, witness, four, kubeadm)"; exit 2; } ;;
   build) formation="" ;;
   *) log "unknown mode $mode (run or build)"; exit 2 ;;
 esac
@@ -139,8 +151,17 @@ build() {
   log "built $image ($version), $test_image, $upgrade_image (reboot=$reboot, repo=$step_repo) and the release ISO"
 }
 
+# build_kubeadm: the kubeadm upgrade image and the release ISO of the target version's
+# artifacts (hack/kubeadm-release.sh), into $artifacts/kubeadm-release.
+build_kubeadm() {
+  DOCKERFILE=Dockerfile.kubeadm VERSION=$version bash hack/image.sh "$kubeadm_image"
+  UPGRADE_REPO=$artifacts/upgrade-repo K8S_WORK=$kubeadm_work bash hack/kubeadm-release.sh "$artifacts/kubeadm-release"
+  log "built $kubeadm_image and the kubeadm release ISO from $kubeadm_work"
+}
+
 if [ "$mode" = build ]; then
   build
+  [ "${E2E_BUILD_KUBEADM:-0}" = 1 ] && build_kubeadm
   exit 0
 fi
 
@@ -226,7 +247,8 @@ if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   } > "$config"
   node_image=()
   [ -n "${KIND_NODE_IMAGE:-}" ] && node_image=(--image "$KIND_NODE_IMAGE")
-  log "creating cluster $cluster: formation $formation, 1 control plane + ${#node_roles[@]} workers (${node_roles[*]:-none})${KIND_NODE_IMAGE:+, $KIND_NODE_IMAGE}"
+  [ "$formation" = kubeadm ] && node_image=(--image "$kubeadm_from_image")
+  log "creating cluster $cluster: formation $formation, 1 control plane + ${#node_roles[@]} workers (${node_roles[*]:-none}), ${node_image[1]:-the default node image}"
   t0=$(date +%s)
   if ! kind create cluster --name "$cluster" "${node_image[@]}" --config "$config" --kubeconfig "$kubeconfig" --wait 5m; then
     log "cluster creation failed; one more attempt from scratch"
@@ -258,6 +280,14 @@ fi
 # shellcheck source=/dev/null # written by build
 . "$artifacts/build.env"
 images=("$image" "$test_image" "$upgrade_image")
+rel=$artifacts/release
+if [ "$formation" = kubeadm ]; then
+  if [ "${E2E_PREBUILT:-0}" != 1 ] || [ ! -s "$artifacts/kubeadm-release/release.env" ]; then build_kubeadm; fi
+  rel=$artifacts/kubeadm-release
+  # shellcheck source=/dev/null # written by hack/kubeadm-release.sh: kubernetes, etcd, coredns, sum
+  . "$rel/release.env"
+  images+=("$kubeadm_image")
+fi
 [ "$compat" = 1 ] && images+=("$script_image")
 retry 3 kind load docker-image "${images[@]}" --name "$cluster" >/dev/null
 log "images loaded: ${images[*]} ($version)"
@@ -282,7 +312,6 @@ fi
 
 # 4. The release ISO into the agent cache of the seed node only. The agents are pointed at an
 # origin that does not answer until a test deploys it: the other nodes get the ISO from their peers.
-rel=$artifacts/release
 refs=$(cat "$rel"/tree/bundle/*/images-lists/*.txt "$rel"/tree/bundle/*/images/*.txt 2>/dev/null | grep -v '^#' | sort -u || true)
 cache=/var/lib/upgrade-repo-e2e/agent
 seed=""
@@ -349,5 +378,6 @@ log "running the e2e tests${E2E_RUN:+ matching $E2E_RUN}"
   E2E_IMAGE=$image E2E_TEST_IMAGE=$test_image E2E_UPGRADE_IMAGE=$upgrade_image E2E_VERSION=$version E2E_ARTIFACTS=$artifacts \
   E2E_RELEASE_DIR=$rel E2E_ISO_CHECKSUM=sha512:$sum E2E_SEED_NODES=$seed E2E_FORMATION=$formation E2E_REBOOT=$reboot \
   E2E_SCRIPT_IMAGE=$([ "$compat" = 1 ] && echo "$script_image") \
+  E2E_KUBEADM_IMAGE=$kubeadm_image E2E_KUBEADM_TARGET=${kubernetes:-} E2E_KUBEADM_ETCD=${etcd:-} E2E_KUBEADM_COREDNS=${coredns:-} \
   go test -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" "${run[@]}" . 2>&1 | tee "$artifacts/go-test-$formation.log")
 if [ -s "$artifacts/node-restarts.log" ]; then log "node containers started by the watcher:"; cat "$artifacts/node-restarts.log" >&2; fi

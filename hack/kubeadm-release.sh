@@ -70,7 +70,7 @@ SPEC
 "$upgrade_repo" release pack --spec "$out/spec.yaml" --out "$out/release.iso" -o json > "$out/release.json.tmp"
 mv "$out/release.json.tmp" "$out/release.json"
 {
-  echo "version=$version"
+  echo "kubernetes=$version"
   echo "etcd=$etcd"
   echo "coredns=$coredns"
   echo "sum=$(sha512sum "$out/release.iso" | cut -d' ' -f1)"

@@ -1,0 +1,494 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// Names of what the kubeadm upgrade test creates.
+const (
+	kubeadmPlan      = "e2e-kubeadm"
+	kubeadmPlanAgain = "e2e-kubeadm-again"
+	workloadName     = "e2e-workload"
+)
+
+// TestKubeadmUpgrade upgrades a real kubeadm cluster (formation kubeadm: a kind cluster started
+// from an older Kubernetes version) to the Kubernetes version of the release ISO that
+// hack/kubeadm-release.sh packed from the target version's images and binaries, with the kubeadm
+// upgrade image, and no registry in reach. A Deployment with a PodDisruptionBudget and a
+// DaemonSet run through it. Then: every kubelet and the API server report the target; the
+// control plane, kube-proxy and CoreDNS run the release's images (their config digests against
+// the ISO's archives); no image was pulled; the workload stayed available as the budget allows;
+// the plan Succeeded with every node's row Upgraded at the target; and a second plan to the same
+// release succeeds without changing any node.
+func TestKubeadmUpgrade(t *testing.T) {
+	c := env(t)
+	if c.formation != "kubeadm" {
+		t.Skip("formation kubeadm only (E2E_FORMATION=kubeadm make e2e)")
+	}
+	target, image := os.Getenv("E2E_KUBEADM_TARGET"), os.Getenv("E2E_KUBEADM_IMAGE")
+	require.NotEmpty(t, target, "E2E_KUBEADM_TARGET: hack/e2e.sh packs the kubeadm release")
+	require.NotEmpty(t, image, "E2E_KUBEADM_IMAGE: hack/e2e.sh builds the kubeadm upgrade image")
+	rel := releaseISO(t)
+	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
+
+	from := serverVersion(t, c)
+	before := kubeletVersions(t, c)
+	t.Logf("before: API server %s, kubelets %v; target %s", from, before, target)
+	for n, v := range before {
+		require.NotEqual(t, target, v, "node %s is at the target already: start from an older node image (E2E_KUBEADM_FROM_IMAGE)", n)
+	}
+	writeVersionTable(t, c, "before", before, nil)
+
+	deployWorkload(t, c)
+	deployOrigin(t, c, rel)
+	agentsFollowPlans(t, c, rel)
+	recreate(t, c, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: installedConfigMap, Namespace: c.namespace},
+		Data:       map[string]string{"version": from},
+	})
+	recreate(t, c, &apiv1beta1.Version{
+		ObjectMeta: metav1.ObjectMeta{Name: target},
+		Spec:       apiv1beta1.VersionSpec{ISOURL: originURL(c), ISOChecksum: rel.checksum},
+	})
+
+	avail := watchAvailability(t, c)
+	start := time.Now()
+	plan := runKubeadmPlan(t, c, kubeadmPlan, target, image)
+	minReady, samples := avail.stop()
+	t.Logf("plan %s succeeded after %s", kubeadmPlan, time.Since(start).Round(time.Second))
+	logPhases(t, c, plan)
+
+	t.Run("every kubelet and the API server are at the target", func(t *testing.T) {
+		require.Equal(t, target, serverVersion(t, c), "the API server's /version")
+		after := kubeletVersions(t, c)
+		for n, v := range after {
+			require.Equal(t, target, v, "kubelet of %s", n)
+		}
+		writeVersionTable(t, c, "after", before, plan)
+	})
+
+	t.Run("the plan's rows say Upgraded at the target", func(t *testing.T) {
+		for _, n := range c.nodes {
+			ns, ok := plan.Status.NodeUpgradeStatuses[n.Name]
+			require.True(t, ok, "no row for %s", n.Name)
+			require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "row of %s: %s", n.Name, ns.Message)
+			require.Equal(t, target, ns.KubeletVersion, "row of %s: kubelet now", n.Name)
+			require.Equal(t, before[n.Name], ns.KubeletVersionBefore, "row of %s: kubelet before", n.Name)
+			require.Equal(t, target, ns.TargetKubeletVersion, "row of %s: target", n.Name)
+		}
+	})
+
+	t.Run("the control plane, kube-proxy and CoreDNS run the release's images", func(t *testing.T) {
+		configs := map[string]string{} // ref -> config digest, from the ISO's archives
+		for _, a := range rel.res.Archives {
+			for _, im := range a.Images {
+				configs[im.Ref] = im.ConfigDigest
+			}
+		}
+		pods, err := c.cs.CoreV1().Pods("kube-system").List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		seen := map[string]int{}
+		for _, p := range pods.Items {
+			component := p.Labels["component"]
+			if component == "" {
+				component = p.Labels["k8s-app"]
+			}
+			switch component {
+			case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-proxy", "kube-dns":
+			default:
+				continue
+			}
+			require.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
+			for _, cs := range p.Status.ContainerStatuses {
+				ref := specImage(p, cs.Name)
+				want, ok := configs[normalizeRef(ref)]
+				require.True(t, ok, "pod %s runs %s, which the release does not hold", p.Name, ref)
+				got := imageConfig(t, p.Spec.NodeName, cs.ImageID)
+				require.Equal(t, want, got, "pod %s container %s (%s) image config", p.Name, cs.Name, ref)
+				seen[component]++
+			}
+		}
+		t.Logf("containers running the release's images, by component: %v", seen)
+		for _, comp := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-proxy", "kube-dns"} {
+			require.NotZero(t, seen[comp], "no %s container seen", comp)
+		}
+		require.Equal(t, len(c.nodes), seen["kube-proxy"], "a kube-proxy on every node")
+	})
+
+	t.Run("no image was pulled: every image came from the preload", func(t *testing.T) {
+		pulls := pullEvents(t, c, start)
+		t.Logf("image pulls during the plan: %d", len(pulls))
+		require.Empty(t, pulls, "images pulled during the plan")
+	})
+
+	t.Run("the workload stayed available and runs", func(t *testing.T) {
+		t.Logf("Deployment %s: at least %d ready replicas in %d samples during the plan", workloadName, minReady, samples)
+		require.NotZero(t, samples, "the Deployment was never sampled")
+		require.GreaterOrEqual(t, minReady, int32(1), "the PodDisruptionBudget keeps one replica ready")
+		eventuallyDeploymentReady(t, c, workloadName, 5*time.Minute)
+		waitDaemonSetReadyIn(t, c, c.namespace, workloadName+"-ds", 5*time.Minute)
+	})
+
+	t.Run("a second plan to the same release changes no node", func(t *testing.T) {
+		snap := nodeSnapshots(t, c)
+		again := runKubeadmPlan(t, c, kubeadmPlanAgain, target, image)
+		for _, n := range c.nodes {
+			ns := again.Status.NodeUpgradeStatuses[n.Name]
+			require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "row of %s in the second plan", n.Name)
+		}
+		require.Equal(t, snap, nodeSnapshots(t, c), "kubelet restarts, binaries and static pod manifests are unchanged")
+	})
+}
+
+// runKubeadmPlan creates the plan and waits for it to succeed, logging each phase and each change
+// of a node's row.
+func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv1beta1.UpgradePlan {
+	t.Helper()
+	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	start := time.Now()
+	recreate(t, c, &apiv1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       apiv1beta1.UpgradePlanSpec{Version: version, Upgrade: &image, Mode: apiv1beta1.ModeAutomatic},
+	})
+	var plan apiv1beta1.UpgradePlan
+	lastPhase := apiv1beta1.Phase("")
+	rows := map[string]string{}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute+time.Duration(len(c.nodes))*6*time.Minute)
+	defer cancel()
+	err := poll(ctx, 2*time.Second, func(ctx context.Context) error {
+		if err := c.cl.Get(ctx, client.ObjectKey{Name: name}, &plan); err != nil {
+			return err
+		}
+		if plan.Status.Phase != lastPhase {
+			t.Logf("+%s %s phase %s", time.Since(start).Round(time.Second), name, plan.Status.Phase)
+			lastPhase = plan.Status.Phase
+		}
+		for n, ns := range plan.Status.NodeUpgradeStatuses {
+			row := fmt.Sprintf("%s kubelet %s -> %s (target %s) %s %s", ns.State, ns.KubeletVersionBefore, ns.KubeletVersion, ns.TargetKubeletVersion, ns.Reason, ns.Message)
+			if rows[n] != row {
+				t.Logf("+%s %s node %s: %s", time.Since(start).Round(time.Second), name, n, row)
+				rows[n] = row
+			}
+		}
+		if plan.Status.Phase == apiv1beta1.PhaseSucceeded || plan.Status.Phase == apiv1beta1.PhaseFailed {
+			return nil
+		}
+		return fmt.Errorf("plan %s in phase %q, conditions %s", name, plan.Status.Phase, conditions(plan.Status.Conditions))
+	})
+	if err != nil || plan.Status.Phase != apiv1beta1.PhaseSucceeded {
+		dumpPlan(t, c, &plan)
+		stepLogs(t, c, name)
+	}
+	require.NoError(t, err, "UpgradePlan %s reaches Succeeded", name)
+	require.Equal(t, apiv1beta1.PhaseSucceeded, plan.Status.Phase, "UpgradePlan %s failed in phase %s: %s",
+		name, plan.Status.FailedPhase, conditions(plan.Status.Conditions))
+	stepLogs(t, c, name)
+	return &plan
+}
+
+// stepLogs saves the logs of the plan's Jobs' pods to the artifacts (steps-PLAN.log).
+func stepLogs(t *testing.T, c *cluster, plan string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: "management.harvesterhci.io/upgrade-plan=" + plan})
+	if err != nil {
+		t.Logf("list the pods of plan %s: %v", plan, err)
+		return
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		out, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		fmt.Fprintf(&b, "===== %s on %s (%s) err=%v\n%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, err, out)
+	}
+	p := filepath.Join(c.artifacts, "steps-"+plan+".log")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Logf("write %s: %v", p, err)
+	}
+}
+
+// logPhases logs how long the plan spent in each phase and writes the phase timings.
+func logPhases(t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
+	t.Helper()
+	ts := plan.Status.PhaseTransitionTimestamps
+	for i, p := range ts {
+		end := p.PhaseTransitionTimestamp.Time
+		if i+1 < len(ts) {
+			end = ts[i+1].PhaseTransitionTimestamp.Time
+		}
+		t.Logf("%-20s lasted %s", p.Phase, end.Sub(p.PhaseTransitionTimestamp.Time).Round(time.Second))
+	}
+	if len(ts) > 0 {
+		writePhaseTimings(t, c, ts)
+	}
+}
+
+// serverVersion is the API server's /version.
+func serverVersion(t *testing.T, c *cluster) string {
+	t.Helper()
+	var v string
+	eventually(t, 2*time.Minute, "read the API server's /version", func(context.Context) error {
+		info, err := c.cs.Discovery().ServerVersion()
+		if err != nil {
+			return err
+		}
+		v = info.GitVersion
+		return nil
+	})
+	return v
+}
+
+// kubeletVersions maps each node to the kubelet version it reports.
+func kubeletVersions(t *testing.T, c *cluster) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	eventually(t, 2*time.Minute, "list the nodes", func(ctx context.Context) error {
+		nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes.Items {
+			out[n.Name] = n.Status.NodeInfo.KubeletVersion
+		}
+		return nil
+	})
+	return out
+}
+
+// writeVersionTable logs the nodes' version table and writes it to the artifacts
+// (versions-WHEN.txt): the kubelet version before, now, the target and the plan's state.
+func writeVersionTable(t *testing.T, c *cluster, when string, before map[string]string, plan *apiv1beta1.UpgradePlan) {
+	t.Helper()
+	now := kubeletVersions(t, c)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %s\n", "NODE", "BEFORE", "NOW", "TARGET", "STATE")
+	names := make([]string, 0, len(now))
+	for n := range now {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		state, tgt := "-", os.Getenv("E2E_KUBEADM_TARGET")
+		if plan != nil {
+			ns := plan.Status.NodeUpgradeStatuses[n]
+			state = string(ns.State)
+		}
+		fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %s\n", n, before[n], now[n], tgt, state)
+	}
+	t.Logf("versions %s:\n%s", when, b.String())
+	_ = os.WriteFile(filepath.Join(c.artifacts, "versions-"+when+".txt"), []byte(b.String()), 0o644)
+}
+
+// deployWorkload runs a Deployment of two replicas with a PodDisruptionBudget of one, and a
+// DaemonSet, on the test image (loaded into every node: no registry needed).
+func deployWorkload(t *testing.T, c *cluster) {
+	t.Helper()
+	testImage := os.Getenv("E2E_TEST_IMAGE")
+	require.NotEmpty(t, testImage, "E2E_TEST_IMAGE")
+	labels := map[string]string{"app.kubernetes.io/name": workloadName}
+	pod := corev1.PodSpec{
+		Containers: []corev1.Container{{
+			Name: "web", Image: testImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Args:            []string{"origin", "/", ":8080"},
+			Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe:  httpProbe("/healthz", 8080),
+			SecurityContext: restricted(65532),
+		}},
+	}
+	recreate(t, c, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: workloadName, Namespace: c.namespace},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	})
+	recreate(t, c, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: workloadName, Namespace: c.namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		},
+	})
+	dsLabels := map[string]string{"app.kubernetes.io/name": workloadName + "-ds"}
+	dsPod := *pod.DeepCopy()
+	dsPod.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	recreate(t, c, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: workloadName + "-ds", Namespace: c.namespace, Labels: dsLabels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: dsLabels}, Spec: dsPod},
+		},
+	})
+	eventuallyDeploymentReady(t, c, workloadName, 3*time.Minute)
+	waitDaemonSetReadyIn(t, c, c.namespace, workloadName+"-ds", 3*time.Minute)
+}
+
+// waitDaemonSetReadyIn waits until the DaemonSet in namespace has a ready pod on every node.
+func waitDaemonSetReadyIn(t *testing.T, c *cluster, namespace, name string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "DaemonSet "+name+" ready on every node", func(ctx context.Context) error {
+		ds, err := c.cs.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberReady != ds.Status.DesiredNumberScheduled {
+			return fmt.Errorf("daemonset %s: %d of %d ready", name, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled)
+		}
+		return nil
+	})
+}
+
+// availability samples the workload Deployment's ready replicas until stop.
+type availability struct {
+	mu       sync.Mutex
+	min      int32
+	samples  int
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+func watchAvailability(t *testing.T, c *cluster) *availability {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	a := &availability{min: 1 << 30, cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(a.finished)
+		for {
+			// The API server restarts during the upgrade: a failed read is no sample.
+			d, err := c.cs.AppsV1().Deployments(c.namespace).Get(ctx, workloadName, metav1.GetOptions{})
+			if err == nil {
+				a.mu.Lock()
+				a.min = min(a.min, d.Status.ReadyReplicas)
+				a.samples++
+				a.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-a.finished })
+	return a
+}
+
+func (a *availability) stop() (int32, int) {
+	a.cancel()
+	<-a.finished
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.min, a.samples
+}
+
+// specImage is the image the pod's spec names for container name.
+func specImage(p corev1.Pod, name string) string {
+	for _, ctr := range p.Spec.Containers {
+		if ctr.Name == name {
+			return ctr.Image
+		}
+	}
+	return ""
+}
+
+// normalizeRef writes ref as containerd names images (docker.io/library/ for short names).
+func normalizeRef(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if !found {
+		return "docker.io/library/" + ref
+	}
+	if !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return "docker.io/" + ref
+	}
+	return ref
+}
+
+// imageConfig asks the node's CRI for the config digest (the image ID) of the image a
+// container runs.
+func imageConfig(t *testing.T, node, imageID string) string {
+	t.Helper()
+	var id string
+	eventually(t, time.Minute, "crictl inspecti on "+node, func(ctx context.Context) error {
+		out, err := nodeCmd(ctx, node, "crictl", "inspecti", "-o", "json", imageID)
+		if err != nil {
+			return err
+		}
+		var v struct {
+			Status struct {
+				ID string `json:"id"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			return fmt.Errorf("crictl inspecti %s: %w", imageID, err)
+		}
+		id = v.Status.ID
+		return nil
+	})
+	return id
+}
+
+// pullEvents lists the kubelets' image pulls (events "Pulling") since start, in every namespace.
+func pullEvents(t *testing.T, c *cluster, start time.Time) []string {
+	t.Helper()
+	var out []string
+	eventually(t, time.Minute, "list events", func(ctx context.Context) error {
+		evs, err := c.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Pulling"})
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, e := range evs.Items {
+			at := e.LastTimestamp.Time
+			if at.IsZero() {
+				at = e.EventTime.Time
+			}
+			if at.Before(start.Add(-time.Second)) {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s %s/%s: %s", at.Format(time.TimeOnly), e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message))
+		}
+		return nil
+	})
+	return out
+}
+
+// nodeSnapshots records, on every node, what an upgrade changes: when the kubelet last
+// started, the binaries' digests and the static pod manifests' digests.
+func nodeSnapshots(t *testing.T, c *cluster) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range c.nodes {
+		eventually(t, time.Minute, "snapshot "+n.Name, func(ctx context.Context) error {
+			s, err := nodeCmd(ctx, n.Name, "sh", "-c",
+				"systemctl show kubelet --property=ExecMainStartTimestamp; sha256sum /usr/bin/kubeadm /usr/bin/kubelet /usr/bin/kubectl 2>/dev/null; "+
+					"sha256sum /etc/kubernetes/manifests/*.yaml 2>/dev/null; true")
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(strings.TrimSpace(s), "\n")
+			slices.Sort(lines)
+			out[n.Name] = strings.Join(lines, "\n")
+			return nil
+		})
+	}
+	return out
+}
