@@ -2,24 +2,36 @@
 # e2e-matrix.sh: the end-to-end test in every cluster formation (`make e2e-matrix`), one after the
 # other, each on a fresh kind cluster (never two at once). The images and the release ISO are built
 # once (hack/e2e.sh build) and reused. TestUpgrade runs in every formation; the whole suite (serve,
-# agent and chart tests too) in E2E_FULL_FORMATION only. Every formation runs even when one fails;
+# agent and chart tests too) in E2E_FULL_FORMATION only; formation kubeadm runs TestKubeadmUpgrade
+# (a real Kubernetes upgrade), and is skipped with a line saying why when the node image it
+# starts from (E2E_KUBEADM_FROM_IMAGE) is not in the docker engine. Every formation runs even when one fails;
 # the script fails if any did. At the end it prints the time each formation took and the phase
 # timings of each formation's UpgradePlan (e2e/_artifacts/phase-timings.md, from the
 # phases-FORMATION.tsv files TestUpgrade writes).
-# env: E2E_FORMATIONS ("single two three witness four"), E2E_FULL_FORMATION (four), and those of
+# env: E2E_FORMATIONS ("single two three witness four kubeadm"), E2E_FULL_FORMATION (four), and those of
 #      hack/e2e.sh (KIND_NODE_IMAGE, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 artifacts=$PWD/e2e/_artifacts
-formations=${E2E_FORMATIONS:-single two three witness four}
+formations=${E2E_FORMATIONS:-single two three witness four kubeadm}
 full=${E2E_FULL_FORMATION:-four}
 start=$(date +%s)
 log() { echo "[e2e-matrix $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
 mkdir -p "$artifacts"
 rm -f "$artifacts"/phases-*.tsv "$artifacts/matrix.tsv"
+kubeadm_from_image=${E2E_KUBEADM_FROM_IMAGE:-local/kind-node:v1.33.13}
+case " $formations " in
+  *" kubeadm "*)
+    if ! docker image inspect "$kubeadm_from_image" >/dev/null 2>&1; then
+      log "formation kubeadm skipped: node image $kubeadm_from_image is not in the docker engine (WORK=~/.cache/kind-offline-1.33 K8S_VERSION=1.33.13 ../shared/tools/kind-offline.sh up builds it)"
+      formations=$(echo " $formations " | sed 's/ kubeadm / /')
+    fi ;;
+esac
 
 t0=$(date +%s)
-bash hack/e2e.sh build
+build_kubeadm=0
+case " $formations " in *" kubeadm "*) build_kubeadm=1 ;; esac
+E2E_BUILD_KUBEADM=$build_kubeadm bash hack/e2e.sh build
 build_s=$(( $(date +%s) - t0 ))
 log "images and release ISO built in ${build_s}s"
 
@@ -27,6 +39,7 @@ failed=()
 for f in $formations; do
   run=('^TestUpgrade$')
   [ "$f" = "$full" ] && run=('')
+  [ "$f" = kubeadm ] && run=('^TestKubeadmUpgrade$')
   log "formation $f: starting (${run[0]:-every test})"
   t0=$(date +%s)
   rc=0
