@@ -12,7 +12,7 @@
 //   - is idempotent: a run after a reboot, a killed pod or a retried plan finds the work done
 //     and exits 0.
 //
-// Imports: release and the standard library; the kubeadm step is in nodestep/kubeadm.
+// Imports: the standard library only; the kubeadm step is in nodestep/kubeadm.
 package nodestep
 
 import (

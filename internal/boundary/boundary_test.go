@@ -110,6 +110,11 @@ var rules = []rule{
 		forbidden: ours("preload/containerd", "peer/memberlist"),
 	},
 	{
+		name:      "a node step talks to its node, its agent over HTTP and the API server, nothing of the daemons",
+		applies:   under("nodestep"),
+		forbidden: ours("agent", "peer", "preload", "repo", "sequencer", "iso", "acquire", "chunks"),
+	},
+	{
 		name:      "no library package imports the commands",
 		applies:   not(under("cmd", "hack")),
 		forbidden: ours("cmd"),
@@ -176,16 +181,17 @@ func TestBoundaries(t *testing.T) {
 func TestRulesBite(t *testing.T) {
 	t.Parallel()
 	cases := map[string]struct{ dir, path string }{
-		"only preload/containerd talks to containerd":                                     {"peer", "github.com/containerd/containerd/v2/client"},
-		"only peer/memberlist talks gossip":                                               {"cmd/upgrade-repo", "github.com/hashicorp/memberlist"},
-		"iso knows only the ISO format":                                                   {"iso", module + "/release"},
-		"repo knows fs.FS and HTTP, not where the files come from":                        {"repo", module + "/iso"},
-		"peer decides who has what, not how the ISO is read or imported":                  {"peer", module + "/preload"},
-		"policy is pure: the standard library only":                                       {"policy", "github.com/stretchr/testify/require"},
-		"chunks checks files: the standard library only":                                  {"chunks", module + "/peer"},
-		"api holds only types: the standard library and apimachinery":                     {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
-		"no library package imports the commands":                                         {"repo", module + "/cmd/upgrade-repo"},
-		"the agent decides, its adapters are handed in: no containerd nor gossip adapter": {"agent", module + "/peer/memberlist"},
+		"only preload/containerd talks to containerd":                                                   {"peer", "github.com/containerd/containerd/v2/client"},
+		"only peer/memberlist talks gossip":                                                             {"cmd/upgrade-repo", "github.com/hashicorp/memberlist"},
+		"iso knows only the ISO format":                                                                 {"iso", module + "/release"},
+		"repo knows fs.FS and HTTP, not where the files come from":                                      {"repo", module + "/iso"},
+		"peer decides who has what, not how the ISO is read or imported":                                {"peer", module + "/preload"},
+		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
+		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
+		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
+		"no library package imports the commands":                                                       {"repo", module + "/cmd/upgrade-repo"},
+		"a node step talks to its node, its agent over HTTP and the API server, nothing of the daemons": {"nodestep/kubeadm", module + "/agent"},
+		"the agent decides, its adapters are handed in: no containerd nor gossip adapter":               {"agent", module + "/peer/memberlist"},
 	}
 	require.Len(t, cases, len(rules))
 	for _, r := range rules {
