@@ -91,18 +91,26 @@ func compatPublished(p v1beta1.Phase) bool {
 	return (step == repo && p == v1beta1.PhaseRepoCreated) || (step > repo && step < cleanUp)
 }
 
+// compatNameProblem says why plan cannot name its compatibility objects (CompatName must be a
+// DNS label: no dots, at most 63 characters with the prefix), or returns "".
+func compatNameProblem(plan string) string {
+	name := CompatName(plan)
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return fmt.Sprintf("compatibility mode: plan %s cannot name a Service %s (rename the plan): %s", plan, name, strings.Join(errs, "; "))
+	}
+	return ""
+}
+
 // syncCompat publishes the plan's compatibility objects when compatibility mode is on and the
-// plan, in phase p, is using its repo. Removing them is part of cleanUp. A plan whose name
-// cannot name a Service (a DNS label: no dots, at most 63 characters with the prefix) is refused
-// in every phase.
+// plan, in phase p, is using its repo. Removing them is part of cleanUp.
 func (r *Reconciler) syncCompat(ctx context.Context, plan *v1beta1.UpgradePlan, p v1beta1.Phase) error {
 	if r.compat.namespace == "" {
 		return nil
 	}
-	// Checked in every phase, so that such a plan stops before it downloads anything.
-	name := CompatName(plan.Name)
-	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
-		return fmt.Errorf("compatibility mode: plan %s cannot name a Service %s (rename the plan): %s", plan.Name, name, strings.Join(errs, "; "))
+	// Decide refuses a plan whose name cannot name a Service (compatNameProblem) in every
+	// phase; this guards against publishing under such a name all the same.
+	if msg := compatNameProblem(plan.Name); msg != "" {
+		return errors.New(msg)
 	}
 	if !compatPublished(p) {
 		return nil

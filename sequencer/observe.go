@@ -1,0 +1,184 @@
+package sequencer
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
+)
+
+// observe reads what Decide needs. It reads the release metadata only in MetadataPopulating and
+// the pods of a node only while that node is being drained.
+func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
+	o := Observation{Now: r.now(), Plan: plan, UpgradeImage: r.upgradeImage(plan), Compat: r.compat.namespace != ""}
+	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
+	if err != nil {
+		return o, err
+	}
+	o.Version, o.Installed, o.PlansInFlight = f.Version, f.Installed, f.PlansInFlight
+	for i := range f.Nodes {
+		n := &f.Nodes[i]
+		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n), Unschedulable: n.Spec.Unschedulable})
+	}
+	var rns v1beta1.RepoNodeList
+	if err := r.c.List(ctx, &rns); err != nil {
+		return o, fmt.Errorf("list repo nodes: %w", err)
+	}
+	o.RepoNodes = map[string]*v1beta1.RepoNodeStatus{}
+	for i := range rns.Items {
+		o.RepoNodes[rns.Items[i].Name] = &rns.Items[i].Status
+	}
+	switch plan.Status.Phase {
+	case v1beta1.PhaseInitializing:
+		if o.Version != nil {
+			o.ISOSize = r.isoSize(ctx, o.Version.Spec.ISOURL)
+		}
+		if o.DrainWarnings, err = r.drainWarnings(ctx); err != nil {
+			return o, err
+		}
+	case v1beta1.PhaseRepoCreating:
+		var slices discoveryv1.EndpointSliceList
+		if err := r.c.List(ctx, &slices, client.InNamespace(r.namespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: r.service}); err != nil {
+			return o, fmt.Errorf("list endpoint slices of service %s/%s: %w", r.namespace, r.service, err)
+		}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					o.ReadyEndpoints++
+				}
+			}
+		}
+	case v1beta1.PhaseMetadataPopulating:
+		o.Release, o.ReleaseErr = repoclient.Fetch(ctx, r.http, r.repoURL)
+	}
+	var jobs batchv1.JobList
+	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}); err != nil {
+		return o, fmt.Errorf("list jobs: %w", err)
+	}
+	o.NodeJobs = map[string]JobState{}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if attempt(j.Labels) != plan.Status.Retries {
+			continue
+		}
+		st := jobState(j)
+		if !st.Succeeded && !st.Failed {
+			if st.Stuck, err = r.stuck(ctx, j); err != nil {
+				return o, err
+			}
+			if j.Labels[LabelComponent] == "node" {
+				if st.Orphaned, err = r.orphanedPods(ctx, j, f.Nodes, o.Now); err != nil {
+					return o, err
+				}
+			}
+		}
+		switch j.Labels[LabelComponent] {
+		case "cluster":
+			o.ClusterJob = st
+		case "node":
+			o.NodeJobs[j.Labels[LabelNode]] = st
+		}
+	}
+	if plan.Status.Phase == v1beta1.PhaseNodeUpgrading {
+		if executor(plan) == v1beta1.ExecutorSystemUpgradeController {
+			var list unstructured.UnstructuredList
+			list.SetGroupVersionKind(suc.PlanListGVK)
+			if err := r.c.List(ctx, &list, client.InNamespace(r.sucNamespace), client.MatchingLabels{suc.PlanLabel: plan.Name}); err != nil {
+				return o, fmt.Errorf("list system-upgrade-controller plans: %w", err)
+			}
+			o.SUC = SUCProgress{Exists: len(list.Items) > 0, Upgraded: suc.Upgraded(plan.Name, list.Items, f.Nodes)}
+		}
+		o.PodsToEvict = map[string]int{}
+		o.ControlPlaneNotReady = map[string][]string{}
+		for name, ns := range plan.Status.NodeUpgradeStatuses {
+			if ns.State == v1beta1.NodeRejoining {
+				if o.ControlPlaneNotReady[name], err = r.controlPlaneNotReady(ctx, name); err != nil {
+					return o, err
+				}
+			}
+			if ns.State != v1beta1.NodeCordoned {
+				continue
+			}
+			pods, err := r.evictable(ctx, name)
+			if err != nil {
+				return o, err
+			}
+			o.PodsToEvict[name] = len(pods)
+		}
+	}
+	return o, nil
+}
+
+// attempt reads LabelAttempt; 0 when absent.
+func attempt(l map[string]string) int {
+	n, err := strconv.Atoi(l[LabelAttempt])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// isoSize asks the ISO's origin for its size with a HEAD request; 0 when it does not say.
+func (r *Reconciler) isoSize(ctx context.Context, isoURL string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, isoURL, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		r.log.Debug("the ISO's size is unknown", "url", redactURL(isoURL), "err", redactErr(err, isoURL))
+		return 0
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ContentLength <= 0 {
+		return 0
+	}
+	return resp.ContentLength
+}
+
+// redactErr prints err with every copy of rawURL in it redacted.
+func redactErr(err error, rawURL string) string {
+	return strings.ReplaceAll(err.Error(), rawURL, redactURL(rawURL))
+}
+
+// controlPlaneNotReady names the control-plane pods (static pods labelled tier=control-plane)
+// on node that are not Ready.
+func (r *Reconciler) controlPlaneNotReady(ctx context.Context, node string) ([]string, error) {
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}, client.MatchingLabels{"tier": "control-plane"}); err != nil {
+		return nil, fmt.Errorf("list control-plane pods of node %s: %w", node, err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if !podReady(&p) {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

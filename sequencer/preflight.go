@@ -1,0 +1,180 @@
+package sequencer
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/policy"
+)
+
+func (d *decider) policyInput(releaseKnown bool) policy.Input {
+	p := d.o.Plan
+	in := policy.Input{
+		Current:         d.o.Installed.Version,
+		Target:          p.Spec.Version,
+		VersionExists:   d.o.Version != nil,
+		PlansInFlight:   d.o.PlansInFlight,
+		Force:           p.Spec.Force,
+		AllowPrerelease: p.Spec.AllowPrerelease,
+		ReleaseUnknown:  !releaseKnown,
+	}
+	if d.st.PreviousVersion != "" {
+		// Once started, the plan judges against the version it started from.
+		in.Current = d.st.PreviousVersion
+	}
+	for _, n := range d.o.Nodes {
+		if !n.Ready {
+			in.NotReadyNodes = append(in.NotReadyNodes, n.Name)
+		}
+	}
+	if releaseKnown && d.o.Release != nil {
+		in.MinUpgradableVersion = d.o.Release.MinUpgradableVersion
+	}
+	return in
+}
+
+// judge evaluates the policies and reports whether the plan may go on; it fails or stalls the
+// plan when not.
+func (d *decider) judge(in policy.Input) bool {
+	res := policy.Evaluate(in)
+	if !res.Allowed {
+		if res.Transient() {
+			d.wait("PolicyCheckPending", res.Summary(), 0, true)
+		} else {
+			d.fail("PolicyCheckFailed", res.Summary())
+		}
+		return false
+	}
+	for _, c := range res.Checks {
+		if c.Forced {
+			d.out.Events = append(d.out.Events, Event{Warning: true, Reason: "PolicyForced", Message: c.Name + ": " + c.Message})
+		}
+	}
+	return true
+}
+
+func (d *decider) initialize() {
+	if d.o.UpgradeImage == "" {
+		d.fail("InvalidPlan", "the plan names no upgrade image (spec.upgrade) and the sequencer has no default (--upgrade-image)")
+		return
+	}
+	if v := d.o.Version; v != nil {
+		if msg := validateVersion(v); msg != "" {
+			d.fail("InvalidVersion", msg)
+			return
+		}
+	}
+	if !d.judge(d.policyInput(false)) {
+		return
+	}
+	warnings, blocking := d.preflight()
+	if len(blocking) > 0 {
+		if !d.o.Plan.Spec.Force {
+			d.wait("PreflightCheckFailed", strings.Join(blocking, "; ")+" (spec.force goes on anyway)", 0, true)
+			return
+		}
+		for _, b := range blocking {
+			warnings = append(warnings, "forced: "+b)
+		}
+	}
+	d.st.Warnings = warnings
+	for _, w := range warnings {
+		d.out.Events = append(d.out.Events, Event{Warning: true, Reason: "PreflightWarning", Message: w})
+	}
+	v := d.o.Version
+	d.st.Version = v.Spec.DeepCopy()
+	d.st.PreviousVersion = d.o.Installed.Version
+	d.st.ISOImageID = v.Spec.ISOChecksum
+	if d.st.ISOImageID == "" {
+		d.st.ISOImageID = v.Spec.ISOURL
+	}
+	d.st.Agents = &v1beta1.AgentInstructions{ISOURL: v.Spec.ISOURL, ISOChecksum: v.Spec.ISOChecksum, Hold: true}
+	d.st.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
+	for _, n := range d.o.Nodes {
+		d.st.NodeUpgradeStatuses[n.Name] = v1beta1.NodeUpgradeStatus{}
+	}
+	d.enter(v1beta1.PhaseInitialized)
+}
+
+// checksumPattern is what a Version's isoChecksum must look like.
+var checksumPattern = regexp.MustCompile(`^(sha512:)?[0-9a-fA-F]{128}$`)
+
+// validateVersion says what is wrong with v, or returns "". The CRD checks the same, but a
+// Version may predate the CRD's rules.
+func validateVersion(v *v1beta1.Version) string {
+	var bad []string
+	if u, err := url.Parse(v.Spec.ISOURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad = append(bad, fmt.Sprintf("isoURL %q is not an http or https URL", redactURL(v.Spec.ISOURL)))
+	}
+	if !checksumPattern.MatchString(v.Spec.ISOChecksum) {
+		bad = append(bad, "isoChecksum must be the ISO's SHA-512 as 128 hex digits, optionally prefixed with sha512:")
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	return "Version " + v.Name + ": " + strings.Join(bad, "; ")
+}
+
+// redactURL drops the user information and the query of a URL, which may hold credentials.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+// preflight runs the checks that need the agents' reports, before anything is downloaded:
+// free space in every node's cache for the ISO (blocking) and for the images besides
+// (warning), and what will make a drain wait (warnings).
+func (d *decider) preflight() (warnings, blocking []string) {
+	want := d.o.Version.Spec.ISOChecksum
+	size := d.o.ISOSize
+	if size <= 0 {
+		warnings = append(warnings, "the ISO's size is unknown (its origin did not announce it): free space was not checked")
+	}
+	for _, n := range orderedNames(d.o.Nodes) {
+		rn := d.o.RepoNodes[n]
+		switch {
+		case rn == nil:
+			warnings = append(warnings, fmt.Sprintf("node %s: no report from its agent yet, its free space was not checked", n))
+			continue
+		case rn.Cache.TotalBytes <= 0 || size <= 0:
+			continue
+		}
+		var need int64
+		if rn.ISO.Checksum != want || rn.ISO.State != v1beta1.ISOReady {
+			need = size
+		}
+		where := rn.Cache.Path
+		if where == "" {
+			where = "the node cache"
+		}
+		switch {
+		case rn.Cache.FreeBytes < need:
+			blocking = append(blocking, fmt.Sprintf("node %s: %s free in %s, the ISO needs %s", n, byteSize(rn.Cache.FreeBytes), where, byteSize(need)))
+		case rn.Cache.FreeBytes < need+size:
+			warnings = append(warnings, fmt.Sprintf("node %s: %s free in %s: room for the ISO (%s) but perhaps not for the release's images besides", n,
+				byteSize(rn.Cache.FreeBytes), where, byteSize(size)))
+		}
+	}
+	return append(warnings, d.o.DrainWarnings...), blocking
+}
+
+// byteSize prints n bytes for humans.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
