@@ -16,6 +16,9 @@ FUZZTIME  ?= 10m
 DEMO_ISO  ?= .cache/demo/release.iso
 LISTEN    ?= 127.0.0.1:8080
 IMAGE     ?= upgrade-repo:dev
+IMAGE_KUBEADM ?= upgrade-repo-kubeadm:dev
+# Where `make release-kubeadm` writes the release ISO of a kubeadm cluster.
+OUT       ?= .cache/kubeadm-release
 
 export CGO_ENABLED ?= 0
 
@@ -48,6 +51,14 @@ generate: ## Regenerate deepcopy, CRDs and RBAC (controller-gen) and the chart R
 .PHONY: image
 image: ## Build the container image FROM scratch (needs a docker engine).
 	@bash hack/image.sh $(IMAGE)
+
+.PHONY: image-kubeadm
+image-kubeadm: ## Build the kubeadm upgrade image FROM scratch (Dockerfile.kubeadm; IMAGE_KUBEADM).
+	@DOCKERFILE=Dockerfile.kubeadm bash hack/image.sh $(IMAGE_KUBEADM)
+
+.PHONY: release-kubeadm
+release-kubeadm: build ## Pack a kubeadm cluster's release ISO into OUT (K8S_WORK, or IMAGES and BIN_DIR).
+	@UPGRADE_REPO=$(BINARY) bash hack/kubeadm-release.sh $(OUT)
 
 ##@ Test
 
