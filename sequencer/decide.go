@@ -140,7 +140,36 @@ func Decide(cfg Config, o Observation) Decision {
 			d.fail("UnknownPhase", fmt.Sprintf("the status holds phase %q, which this sequencer does not know", p))
 		}
 	}
+	if o.Plan.Status.Phase != v1beta1.PhaseSucceeded {
+		d.recordVersions()
+	}
 	return d.out
+}
+
+// recordVersions records, for every node the plan has a status for, the kubelet version it
+// reported when the plan first saw it (never overwritten), the one it reports now, and the
+// release's Kubernetes version once the metadata is known. None of it is progress.
+func (d *decider) recordVersions() {
+	target := ""
+	if m := d.st.ReleaseMetadata; m != nil {
+		target = m.Kubernetes
+	}
+	for _, n := range d.o.Nodes {
+		s, ok := d.st.NodeUpgradeStatuses[n.Name]
+		if !ok {
+			continue
+		}
+		if n.KubeletVersion != "" {
+			if s.KubeletVersionBefore == "" {
+				s.KubeletVersionBefore = n.KubeletVersion
+			}
+			s.KubeletVersion = n.KubeletVersion
+		}
+		if target != "" {
+			s.TargetKubeletVersion = target
+		}
+		d.st.NodeUpgradeStatuses[n.Name] = s
+	}
 }
 
 // nextAfter returns the phase that follows a done phase.
@@ -316,8 +345,9 @@ func (d *decider) report(node string) (*v1beta1.RepoNodeStatus, string, bool) {
 	return rn, "", true
 }
 
-// setNode changes node's status with f and stamps LastProgressTime when the node moved: a new
-// state, reason or message, or more bytes or images done.
+// setNode changes node's status with f, stamps StateTime when its state changed and
+// LastProgressTime when the node moved: a new state, reason or message, or more bytes or images
+// done.
 func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 	if d.st.NodeUpgradeStatuses == nil {
 		d.st.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
@@ -325,6 +355,10 @@ func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 	old := d.st.NodeUpgradeStatuses[name]
 	ns := *old.DeepCopy()
 	f(&ns)
+	if ns.State != old.State {
+		now := d.now
+		ns.StateTime = &now
+	}
 	if ns.LastProgressTime == nil || ns.State != old.State || ns.Reason != old.Reason || ns.Message != old.Message ||
 		ns.BytesDone != old.BytesDone || ns.ImagesDone != old.ImagesDone {
 		now := d.now

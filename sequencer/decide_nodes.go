@@ -29,8 +29,13 @@ type nodeRule struct {
 var nodeRules = map[v1beta1.NodeState]nodeRule{
 	v1beta1.NodeCordoned:  {inFlight: true, advance: (*decider).cordoned},
 	v1beta1.NodeUpgrading: {inFlight: true, advance: (*decider).upgrading},
-	v1beta1.NodeRejoining: {inFlight: true, advance: (*decider).rejoining},
-	v1beta1.NodeUpgraded:  {done: true, advance: (*decider).upgraded},
+	// The stages the node's step reports while its Job runs (stepReport) are Upgrading.
+	v1beta1.NodeKubernetesUpgrading: {inFlight: true, advance: (*decider).upgrading},
+	v1beta1.NodeKubernetesUpgraded:  {inFlight: true, advance: (*decider).upgrading},
+	v1beta1.NodeOSUpgrading:         {inFlight: true, advance: (*decider).upgrading},
+	v1beta1.NodeOSUpgraded:          {inFlight: true, advance: (*decider).upgrading},
+	v1beta1.NodeRejoining:           {inFlight: true, advance: (*decider).rejoining},
+	v1beta1.NodeUpgraded:            {done: true, advance: (*decider).upgraded},
 }
 
 // nodeRound is what one pass of nodeUpgrading gathers over the nodes.
@@ -114,15 +119,44 @@ func (d *decider) upgrading(r *nodeRound, n NodeInfo) {
 			Message: fmt.Sprintf("node %s: the reboot left pod %s of the node Job Pending for good; deleted so that the Job runs a new one", n.Name, strings.Join(job.Orphaned, ", "))})
 		r.working = append(r.working, n.Name)
 	default:
+		// The node shows the stage its step last reported, if any, and keeps it until the
+		// next report or the end of the Job.
+		state, msg := d.st.NodeUpgradeStatuses[n.Name].State, "the node Job runs"
+		if st := d.stepReport(n.Name, job); st != nil {
+			state, msg = v1beta1.NodeState(st.Stage), st.Message
+			if msg == "" {
+				msg = "the node step reports " + string(st.Stage)
+			}
+		}
 		// A node step may reboot its node: say so while the node is away, so that a stall
 		// names it.
-		reason, msg := "", "the node Job runs"
+		reason := ""
 		if !n.Ready {
-			reason, msg = "WaitingForNode", "the node Job runs; the node is not Ready (rebooting?)"
+			reason, msg = "WaitingForNode", msg+"; the node is not Ready (rebooting?)"
 		}
-		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) { s.Reason, s.Message = reason, msg })
+		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) { s.State, s.Reason, s.Message = state, reason, msg })
 		r.working = append(r.working, n.Name)
 	}
+}
+
+// stepStages are the stages a node step may report, as node states.
+var stepStages = []v1beta1.StepStage{
+	v1beta1.StageKubernetesUpgrading, v1beta1.StageKubernetesUpgraded, v1beta1.StageOSUpgrading, v1beta1.StageOSUpgraded,
+}
+
+// stepReport returns what node's upgrade step reported through its agent when the report applies
+// to the node's running Job: it names this plan, a known stage, and was made once the Job had
+// started (a report of an earlier attempt or plan does not apply). nil otherwise.
+func (d *decider) stepReport(node string, job JobState) *v1beta1.RepoNodeStep {
+	rn := d.o.RepoNodes[node]
+	if rn == nil || rn.Step == nil || job.Started.IsZero() {
+		return nil
+	}
+	st := rn.Step
+	if st.Plan != d.o.Plan.Name || !slices.Contains(stepStages, st.Stage) || st.Time.Time.Before(job.Started.Truncate(time.Second)) {
+		return nil
+	}
+	return st
 }
 
 // rejoining waits for a node whose step succeeded to be whole again.

@@ -91,6 +91,7 @@ func (d *decider) metadataPopulating() {
 		Harvester: r.Harvester, HarvesterChart: r.HarvesterChart, OS: r.OS, Kubernetes: r.Kubernetes,
 		Rancher: r.Rancher, MonitoringChart: r.MonitoringChart, LoggingChart: r.LoggingChart,
 		Kubevirt: r.Kubevirt, MinUpgradableVersion: r.MinUpgradableVersion,
+		Etcd: extraString(r, releaseEtcdKey), CoreDNS: extraString(r, releaseCoreDNSKey),
 	}
 	d.enter(v1beta1.PhaseMetadataPopulated)
 }

@@ -222,7 +222,7 @@ func TestDecide(t *testing.T) {
 			}),
 			want: want{phase: v1beta1.PhaseImagePreloading, check: func(t *testing.T, d sequencer.Decision) {
 				require.Equal(t, []string{"cp-1", "cp-2", "w-1"}, d.Status.Agents.PreloadNodes)
-				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeImagePreloading, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9, LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["cp-2"])
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeImagePreloading, ImagesDone: 1, ImagesTotal: 3, BytesDone: 5, BytesTotal: 9, StateTime: &decideNowMeta, LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["cp-2"])
 				require.Equal(t, v1beta1.NodeImagePreloaded, d.Status.NodeUpgradeStatuses["cp-1"].State)
 			}},
 		},
@@ -355,7 +355,7 @@ func TestDecide(t *testing.T) {
 				o.Plan.Spec.NodeUpgradeOption.PauseNodes = []string{"w-2"}
 			}),
 			want: want{phase: v1beta1.PhaseNodeUpgrading, progressing: "NodesHeld", check: func(t *testing.T, d sequencer.Decision) {
-				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePaused, Reason: "NodePaused", Message: "listed in nodeUpgradeOption.pauseNodes", LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["w-2"])
+				require.Equal(t, v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePaused, Reason: "NodePaused", Message: "listed in nodeUpgradeOption.pauseNodes", StateTime: &decideNowMeta, LastProgressTime: &decideNowMeta}, d.Status.NodeUpgradeStatuses["w-2"])
 			}},
 		},
 		{

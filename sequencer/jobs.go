@@ -163,6 +163,7 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 		{Name: "UPGRADE_PLAN", Value: plan.Name},
 		{Name: "UPGRADE_ATTEMPT", Value: strconv.Itoa(plan.Status.Retries)},
 		{Name: "HARVESTER_UPGRADE_NAME", Value: plan.Name},
+		{Name: "UPGRADE_FORCE", Value: strconv.FormatBool(plan.Spec.Force)},
 	}
 	if m := plan.Status.ReleaseMetadata; m != nil {
 		env = append(env,
@@ -175,6 +176,12 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 			corev1.EnvVar{Name: "UPGRADE_RELEASE_LOGGING_CHART", Value: m.LoggingChart},
 			corev1.EnvVar{Name: "UPGRADE_RELEASE_KUBEVIRT", Value: m.Kubevirt},
 		)
+		if m.Etcd != "" {
+			env = append(env, corev1.EnvVar{Name: "UPGRADE_RELEASE_ETCD", Value: m.Etcd})
+		}
+		if m.CoreDNS != "" {
+			env = append(env, corev1.EnvVar{Name: "UPGRADE_RELEASE_COREDNS", Value: m.CoreDNS})
+		}
 	}
 	// A node step that reboots its node loses its pod to the reboot and runs again in a new
 	// one, which must find its work done (the step's contract): room for that and for one

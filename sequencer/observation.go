@@ -13,6 +13,9 @@ type NodeInfo struct {
 	ControlPlane  bool
 	Ready         bool
 	Unschedulable bool
+	// KubeletVersion is the version the node's kubelet reports (status.nodeInfo.kubeletVersion);
+	// empty when unknown.
+	KubeletVersion string
 }
 
 // JobState is what a Job the plan created has come to.
@@ -57,7 +60,8 @@ type Observation struct {
 	PlansInFlight []string
 	// Nodes are the cluster's nodes.
 	Nodes []NodeInfo
-	// RepoNodes are the agents' reports by node name.
+	// RepoNodes are the agents' reports by node name, with what each node's upgrade step last
+	// reported (Step).
 	RepoNodes map[string]*v1beta1.RepoNodeStatus
 	// ReadyEndpoints counts the Ready endpoints of the repo Service.
 	ReadyEndpoints int

@@ -31,7 +31,8 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	o.Version, o.Installed, o.PlansInFlight = f.Version, f.Installed, f.PlansInFlight
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
-		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n), Unschedulable: n.Spec.Unschedulable})
+		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
+			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion})
 	}
 	var rns v1beta1.RepoNodeList
 	if err := r.c.List(ctx, &rns); err != nil {

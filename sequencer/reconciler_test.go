@@ -674,3 +674,58 @@ func TestReconcileClusterJobStuck(t *testing.T) {
 	require.Equal(t, "ClusterJobStuck", c.Reason)
 	require.Contains(t, c.Message, "ImagePullBackOff: Back-off pulling image")
 }
+
+// TestReconcileJobsCarryForceAndKubeadmRelease: the Jobs learn spec.force, and the etcd and
+// CoreDNS tags of a kubeadm release, which the installed version's record keeps.
+func TestReconcileJobsCarryForceAndKubeadmRelease(t *testing.T) {
+	t.Parallel()
+	for _, force := range []bool{false, true} {
+		t.Run(fmt.Sprintf("force=%t", force), func(t *testing.T) {
+			t.Parallel()
+			k := newCluster(t, newPlan("up", func(p *v1beta1.UpgradePlan) { p.Spec.Force = force }))
+			rel := release.Release{Harvester: "v1.6.0", Kubernetes: "v1.34.1", Extra: map[string]any{"etcd": "3.6.4-0", "coredns": "v1.12.1"}}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(rel) }))
+			t.Cleanup(srv.Close)
+			k.repoURL = srv.URL
+			setKubelet := func(node, v string) {
+				var n corev1.Node
+				require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Name: node}, &n))
+				n.Status.NodeInfo.KubeletVersion = v
+				require.NoError(t, k.c.Status().Update(t.Context(), &n))
+			}
+			for _, n := range []string{"cp-1", "cp-2", "w-1", "w-2", "w-3"} {
+				setKubelet(n, "v1.33.5")
+			}
+			envs := map[string]map[string]string{}
+			p := k.run("up", 300, "", 2, 2, func(*v1beta1.UpgradePlan) {
+				var jobs batchv1.JobList
+				require.NoError(t, k.c.List(t.Context(), &jobs, client.InNamespace(testNS)))
+				for _, j := range jobs.Items {
+					env := map[string]string{}
+					for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+						env[e.Name] = e.Value
+					}
+					envs[j.Labels[sequencer.LabelComponent]+"/"+j.Labels[sequencer.LabelNode]] = env
+					if n := j.Labels[sequencer.LabelNode]; n != "" {
+						// The node step upgrades the kubelet.
+						setKubelet(n, "v1.34.1")
+					}
+				}
+			})
+			require.Equal(t, v1beta1.PhaseSucceeded, p.Status.Phase, "conditions: %+v", p.Status.Conditions)
+			for _, name := range []string{"cluster/", "node/w-1"} {
+				require.Equal(t, fmt.Sprint(force), envs[name]["UPGRADE_FORCE"], name)
+				require.Equal(t, "3.6.4-0", envs[name]["UPGRADE_RELEASE_ETCD"], name)
+				require.Equal(t, "v1.12.1", envs[name]["UPGRADE_RELEASE_COREDNS"], name)
+				require.Equal(t, "v1.34.1", envs[name]["UPGRADE_RELEASE_KUBERNETES"], name)
+			}
+			for n, s := range p.Status.NodeUpgradeStatuses {
+				require.Equal(t, [3]string{"v1.33.5", "v1.34.1", "v1.34.1"}, [3]string{s.KubeletVersionBefore, s.KubeletVersion, s.TargetKubeletVersion}, n)
+				require.NotNil(t, s.StateTime, n)
+			}
+			in, err := sequencer.ReadInstalled(t.Context(), k.c, testNS)
+			require.NoError(t, err)
+			require.Equal(t, "3.6.4-0", in.Release.Extra["etcd"])
+		})
+	}
+}
