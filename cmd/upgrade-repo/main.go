@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
 		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},
+		"upgrade":   {"follow an UpgradePlan (upgrade status)", runUpgrade},
 		"version":   {"print the version of this binary", runVersion},
 	}
 }

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planview"
+)
+
+var upgradeT0 = time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)
+
+func upgradeTestNode(name, kubelet string, controlPlane bool) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	if controlPlane {
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+	}
+	n.Status.NodeInfo.KubeletVersion = kubelet
+	return n
+}
+
+func upgradeTestPlan(name string, created time.Duration, phase v1beta1.Phase) *v1beta1.UpgradePlan {
+	return &v1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(upgradeT0.Add(created))},
+		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.6.0"},
+		Status: v1beta1.UpgradePlanStatus{
+			Phase:                     phase,
+			PhaseTransitionTimestamps: []v1beta1.PhaseTransitionTimestamp{{Phase: phase, PhaseTransitionTimestamp: metav1.NewTime(upgradeT0.Add(created))}},
+			NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{
+				"cp-b": {State: v1beta1.NodeKubernetesUpgrading, KubeletVersionBefore: "v1.32.7", KubeletVersion: "v1.32.7"},
+			},
+		},
+	}
+}
+
+// upgradeTestClient is a fake cluster: control-plane nodes cp-a and cp-b, worker aa-worker (first
+// by name, last in the upgrade order), and objs.
+func upgradeTestClient(t *testing.T, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	s, err := planScheme()
+	require.NoError(t, err)
+	objs = append(objs, upgradeTestNode("aa-worker", "v1.32.7", false), upgradeTestNode("cp-b", "v1.32.7", true),
+		upgradeTestNode("cp-a", "v1.32.7", true))
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+}
+
+func upgradeTestApp() (*app, *bytes.Buffer, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	return &app{stdout: &stdout, stderr: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}, &stdout, &stderr
+}
+
+func upgradeClock() time.Time { return upgradeT0.Add(time.Hour) }
+
+func TestUpgradeStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		objs    []client.Object
+		opts    upgradeStatusOptions
+		want    string // the plan shown
+		wantErr string
+	}{
+		{
+			name: "named plan",
+			objs: []client.Object{upgradeTestPlan("a", 0, v1beta1.PhaseSucceeded), upgradeTestPlan("b", time.Minute, v1beta1.PhaseNodeUpgrading)},
+			opts: upgradeStatusOptions{plan: "a", output: "json"}, want: "a",
+		},
+		{
+			name: "no name: the running plan over a newer finished one",
+			objs: []client.Object{
+				upgradeTestPlan("old", 0, v1beta1.PhaseSucceeded), upgradeTestPlan("running", time.Minute, v1beta1.PhaseNodeUpgrading),
+				upgradeTestPlan("failed", 2*time.Minute, v1beta1.PhaseFailed),
+			},
+			opts: upgradeStatusOptions{output: "json"}, want: "running",
+		},
+		{
+			name: "no name, all finished: the newest",
+			objs: []client.Object{upgradeTestPlan("old", 0, v1beta1.PhaseSucceeded), upgradeTestPlan("new", time.Minute, v1beta1.PhaseFailed)},
+			opts: upgradeStatusOptions{output: "json"}, want: "new",
+		},
+		{name: "no plan", opts: upgradeStatusOptions{output: "json"}, wantErr: "no UpgradePlan in the cluster"},
+		{name: "unknown plan", opts: upgradeStatusOptions{plan: "nope", output: "json"}, wantErr: "get upgradeplan nope"},
+		{
+			// Without -w a failed plan is shown with exit status 0.
+			name: "failed plan, no watch",
+			objs: []client.Object{upgradeTestPlan("f", 0, v1beta1.PhaseFailed)},
+			opts: upgradeStatusOptions{plan: "f", output: "json"}, want: "f",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, stdout, _ := upgradeTestApp()
+			err := upgradeStatus(t.Context(), a, upgradeTestClient(t, tt.objs...), tt.opts, upgradeClock)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var got planview.Plan
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &got))
+			require.Equal(t, tt.want, got.Name)
+			var order, states []string
+			for _, n := range got.Nodes {
+				order, states = append(order, n.Name), append(states, n.State)
+			}
+			require.Equal(t, []string{"cp-a", "cp-b", "aa-worker"}, order, "control-plane nodes first, then by name")
+			require.Equal(t, []string{planview.StatePending, string(v1beta1.NodeKubernetesUpgrading), planview.StatePending}, states)
+			require.Equal(t, "v1.32.7", got.Nodes[0].KubeletVersion, "a pending node shows its kubelet's version")
+		})
+	}
+}
+
+func TestUpgradeStatusText(t *testing.T) {
+	t.Parallel()
+	a, stdout, _ := upgradeTestApp()
+	c := upgradeTestClient(t, upgradeTestPlan("p", 0, v1beta1.PhaseNodeUpgrading))
+	require.NoError(t, upgradeStatus(t.Context(), a, c, upgradeStatusOptions{plan: "p", output: "text"}, upgradeClock))
+	want := `Plan:      p
+Version:   unknown -> v1.6.0
+Phase:     NodeUpgrading for 60m, 60m since the plan started
+
+NODE        STATE                 SINCE   KUBELET   TARGET   PRELOAD   MESSAGE
+cp-a        Pending               -       v1.32.7   -        -
+cp-b        KubernetesUpgrading   -       v1.32.7   -        -
+aa-worker   Pending               -       v1.32.7   -        -
+`
+	require.Equal(t, want, stdout.String())
+}
+
+func TestUpgradeStatusUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{name: "no verb"},
+		{name: "unknown verb", args: []string{"apply-now"}},
+		{name: "two plans", args: []string{"status", "a", "-o", "json", "b"}},
+		{name: "bad output", args: []string{"status", "a", "-o", "yaml"}},
+		{name: "unknown flag", args: []string{"status", "--nope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, _, _ := upgradeTestApp()
+			require.ErrorIs(t, runUpgrade(t.Context(), a, tt.args), errUsage)
+		})
+	}
+}
+
+// watchSignal tells when the command's watch is open, so that the test changes the plan only
+// then (the fake client's watch sees only later changes).
+type watchSignal struct {
+	client.WithWatch
+	once   sync.Once
+	opened chan struct{}
+}
+
+func (w *watchSignal) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	wi, err := w.WithWatch.Watch(ctx, list, opts...)
+	w.once.Do(func() { close(w.opened) })
+	return wi, err
+}
+
+func TestUpgradeStatusWatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		output  string
+		end     func(p *v1beta1.UpgradePlan) // the last change, after which the command returns
+		wantErr string
+		tables  int
+	}{
+		{
+			name: "succeeded", output: "text", tables: 3,
+			end: func(p *v1beta1.UpgradePlan) { p.Status.Phase = v1beta1.PhaseSucceeded },
+		},
+		{
+			name: "failed: exit status 1 with the reason", output: "text", tables: 3,
+			end: func(p *v1beta1.UpgradePlan) {
+				p.Status.Phase, p.Status.FailedPhase = v1beta1.PhaseFailed, v1beta1.PhaseNodeUpgrading
+				p.Status.Conditions = []metav1.Condition{{
+					Type: v1beta1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: "NodeUpgradeFailed",
+					Message: "node cp-b: job p-node-cp-b failed", LastTransitionTime: metav1.NewTime(upgradeT0),
+				}}
+			},
+			wantErr: "upgradeplan p failed in NodeUpgrading: NodeUpgradeFailed: node cp-b: job p-node-cp-b failed",
+		},
+		{
+			// JSON prints every change of the plan, the one the text does not show too.
+			name: "succeeded, json", output: "json", tables: 4,
+			end: func(p *v1beta1.UpgradePlan) { p.Status.Phase = v1beta1.PhaseSucceeded },
+		},
+		{
+			name: "deleted", output: "text", tables: 2, wantErr: "upgradeplan p was deleted",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := &watchSignal{WithWatch: upgradeTestClient(t, upgradeTestPlan("p", 0, v1beta1.PhaseImagePreloading)), opened: make(chan struct{})}
+			a, stdout, _ := upgradeTestApp()
+			done := make(chan error, 1)
+			go func() {
+				done <- upgradeStatus(t.Context(), a, c, upgradeStatusOptions{plan: "p", output: tt.output, watch: true}, upgradeClock)
+			}()
+			<-c.opened
+			change := func(f func(p *v1beta1.UpgradePlan)) {
+				var p v1beta1.UpgradePlan
+				require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "p"}, &p))
+				f(&p)
+				require.NoError(t, c.Update(t.Context(), &p))
+			}
+			change(func(p *v1beta1.UpgradePlan) { p.Status.Phase = v1beta1.PhaseNodeUpgrading })
+			// Nothing the table shows: printed in JSON only.
+			change(func(p *v1beta1.UpgradePlan) {
+				ns := p.Status.NodeUpgradeStatuses["cp-b"]
+				ns.LastProgressTime = &metav1.Time{Time: upgradeT0}
+				p.Status.NodeUpgradeStatuses["cp-b"] = ns
+			})
+			if tt.end != nil {
+				change(tt.end)
+			} else {
+				require.NoError(t, c.Delete(t.Context(), &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "p"}}))
+			}
+			err := <-done
+			if tt.wantErr != "" {
+				require.EqualError(t, err, tt.wantErr)
+				require.False(t, apierrors.IsNotFound(err))
+			} else {
+				require.NoError(t, err)
+			}
+			key := "Plan:"
+			if tt.output == "json" {
+				key = `"name": "p"`
+			}
+			require.Equal(t, tt.tables, strings.Count(stdout.String(), key), stdout.String())
+		})
+	}
+}

@@ -1,0 +1,281 @@
+// Package planview renders an UpgradePlan's status for the operator, the table kubeadm and
+// StarlingX users expect: a header (plan, versions, phase and how long it has run, why it is
+// Degraded, its warnings) and one row per node, in the order the nodes are upgraded.
+//
+// New turns a plan into a Plan, the one document both renderers print: WriteText a kubectl-like
+// table, WriteJSON the Plan itself, whose field names are part of the command's interface for
+// scripts. Everything relative (ages, elapsed times) is computed against the now handed to New,
+// so that the output is a function of its inputs. The package knows only the API types: the
+// cluster's nodes, and so the upgrade order, are handed in by the caller.
+package planview
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// StatePending is the state shown for a node the caller knows of but the plan's status does not
+// list yet: the sequencer has not reached it.
+const StatePending = "Pending"
+
+// Node is a cluster node as the caller knows it.
+type Node struct {
+	// Name is the node's name, the key of the plan's nodeUpgradeStatuses.
+	Name string
+	// KubeletVersion is the version the node's kubelet reports now (status.nodeInfo); empty
+	// when unknown.
+	KubeletVersion string
+}
+
+// Plan is one UpgradePlan as the operator reads it. WriteJSON prints it as it is: its JSON field
+// names are stable, and every field is always present (null or empty when unknown).
+type Plan struct {
+	// Name is the plan's name.
+	Name string `json:"name"`
+	// Version is the target version (spec.version).
+	Version string `json:"version"`
+	// PreviousVersion is the version installed when the plan started; empty until the
+	// sequencer recorded it.
+	PreviousVersion string `json:"previousVersion"`
+	// Phase is the plan's phase; empty before the sequencer first saw the plan.
+	Phase v1beta1.Phase `json:"phase"`
+	// FailedPhase is the phase that failed, once Phase is Failed.
+	FailedPhase v1beta1.Phase `json:"failedPhase"`
+	// Time is when this view was taken, the now given to New; the elapsed times are counted to
+	// it.
+	Time time.Time `json:"time"`
+	// StartTime is when the plan entered its first phase (its creation when it has none yet).
+	StartTime *time.Time `json:"startTime"`
+	// PhaseTime is when the plan entered Phase.
+	PhaseTime *time.Time `json:"phaseTime"`
+	// FinishTime is when the plan entered Succeeded or Failed.
+	FinishTime *time.Time `json:"finishTime"`
+	// ElapsedSeconds is how long the plan has run: from StartTime to FinishTime, or to Time
+	// while it runs.
+	ElapsedSeconds int64 `json:"elapsedSeconds"`
+	// PhaseElapsedSeconds is how long the plan has been in Phase, to Time.
+	PhaseElapsedSeconds int64 `json:"phaseElapsedSeconds"`
+	// Degraded says why the plan cannot proceed (or why it failed), while its Degraded
+	// condition is True; null otherwise.
+	Degraded *Condition `json:"degraded"`
+	// Warnings are the plan's warnings (status.warnings).
+	Warnings []string `json:"warnings"`
+	// Retries counts the times the plan was resumed after it failed.
+	Retries int `json:"retries"`
+	// Release is the target release's metadata as the sequencer read it (the CRD's
+	// status.releaseMetadata, same field names); null until it was read.
+	Release *v1beta1.ReleaseMetadata `json:"release"`
+	// Nodes are the plan's nodes in upgrade order.
+	Nodes []NodeStatus `json:"nodes"`
+}
+
+// Condition is a condition of the plan that the operator must see.
+type Condition struct {
+	// Reason is the condition's CamelCase reason.
+	Reason string `json:"reason"`
+	// Message says what is wrong, for humans.
+	Message string `json:"message"`
+	// Since is when the condition last changed.
+	Since *time.Time `json:"since"`
+}
+
+// NodeStatus is one node's row.
+type NodeStatus struct {
+	// Name is the node's name.
+	Name string `json:"name"`
+	// State is the node's state in the plan (a v1beta1.NodeState), or StatePending.
+	State string `json:"state"`
+	// Reason is a CamelCase word for what went wrong or is waited for.
+	Reason string `json:"reason"`
+	// Message says what happened, for humans, whole.
+	Message string `json:"message"`
+	// StateTime is when the node entered State.
+	StateTime *time.Time `json:"stateTime"`
+	// LastProgressTime is when the node last moved.
+	LastProgressTime *time.Time `json:"lastProgressTime"`
+	// KubeletVersionBefore is the kubelet version the node had when the plan started.
+	KubeletVersionBefore string `json:"kubeletVersionBefore"`
+	// KubeletVersion is the kubelet version the node reports now, as the plan's status has it;
+	// the caller's Node gives it for a node the status does not have yet.
+	KubeletVersion string `json:"kubeletVersion"`
+	// TargetKubeletVersion is the kubelet version the release brings: the node's status, else
+	// the release's Kubernetes version.
+	TargetKubeletVersion string `json:"targetKubeletVersion"`
+	// ImagesDone and ImagesTotal count the images preloaded on the node.
+	ImagesDone int64 `json:"imagesDone"`
+	// ImagesTotal is the number of images to preload.
+	ImagesTotal int64 `json:"imagesTotal"`
+	// BytesDone is how many archive bytes were preloaded.
+	BytesDone int64 `json:"bytesDone"`
+	// BytesTotal is how many archive bytes there are to preload.
+	BytesTotal int64 `json:"bytesTotal"`
+	// PreloadPercent is the share of the preload done, 0 to 100, by bytes when their total is
+	// known, else by images; null when there is nothing to count.
+	PreloadPercent *int `json:"preloadPercent"`
+}
+
+// New builds the view of plan at now. nodes gives the upgrade order and the nodes the status
+// does not list yet (shown as StatePending); nodes of the status that are not in it follow, by
+// name. With no nodes, the rows are the status's nodes by name.
+func New(plan *v1beta1.UpgradePlan, nodes []Node, now time.Time) *Plan {
+	st := &plan.Status
+	p := &Plan{
+		Name:            plan.Name,
+		Version:         plan.Spec.Version,
+		PreviousVersion: st.PreviousVersion,
+		Phase:           st.Phase,
+		FailedPhase:     st.FailedPhase,
+		Time:            now.UTC(),
+		Warnings:        append([]string{}, st.Warnings...),
+		Retries:         st.Retries,
+		Release:         st.ReleaseMetadata,
+		Nodes:           []NodeStatus{},
+	}
+	if ts := st.PhaseTransitionTimestamps; len(ts) > 0 {
+		p.StartTime = timeOf(&ts[0].PhaseTransitionTimestamp)
+	} else {
+		p.StartTime = timeOf(&plan.CreationTimestamp)
+	}
+	// The last entry of the current phase: a retried plan enters a phase again.
+	for i := len(st.PhaseTransitionTimestamps) - 1; i >= 0; i-- {
+		if t := st.PhaseTransitionTimestamps[i]; t.Phase == st.Phase {
+			p.PhaseTime = timeOf(&t.PhaseTransitionTimestamp)
+			break
+		}
+	}
+	if Finished(st.Phase) {
+		p.FinishTime = p.PhaseTime
+	}
+	if p.StartTime != nil {
+		end := p.Time
+		if p.FinishTime != nil {
+			end = *p.FinishTime
+		}
+		p.ElapsedSeconds = seconds(end.Sub(*p.StartTime))
+	}
+	if p.PhaseTime != nil {
+		p.PhaseElapsedSeconds = seconds(p.Time.Sub(*p.PhaseTime))
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1beta1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		p.Degraded = &Condition{Reason: c.Reason, Message: c.Message, Since: timeOf(&c.LastTransitionTime)}
+	}
+	targetKubelet := ""
+	if st.ReleaseMetadata != nil {
+		targetKubelet = st.ReleaseMetadata.Kubernetes
+	}
+	seen := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		ns, ok := st.NodeUpgradeStatuses[n.Name]
+		row := nodeRow(n.Name, ns, targetKubelet)
+		if !ok {
+			row.State = StatePending
+		}
+		if row.KubeletVersion == "" {
+			row.KubeletVersion = n.KubeletVersion
+		}
+		p.Nodes = append(p.Nodes, row)
+	}
+	var rest []string
+	for name := range st.NodeUpgradeStatuses {
+		if !seen[name] {
+			rest = append(rest, name)
+		}
+	}
+	slices.Sort(rest)
+	for _, name := range rest {
+		p.Nodes = append(p.Nodes, nodeRow(name, st.NodeUpgradeStatuses[name], targetKubelet))
+	}
+	return p
+}
+
+func nodeRow(name string, ns v1beta1.NodeUpgradeStatus, targetKubelet string) NodeStatus {
+	row := NodeStatus{
+		Name:                 name,
+		State:                string(ns.State),
+		Reason:               ns.Reason,
+		Message:              ns.Message,
+		StateTime:            timeOf(ns.StateTime),
+		LastProgressTime:     timeOf(ns.LastProgressTime),
+		KubeletVersionBefore: ns.KubeletVersionBefore,
+		KubeletVersion:       ns.KubeletVersion,
+		TargetKubeletVersion: ns.TargetKubeletVersion,
+		ImagesDone:           ns.ImagesDone,
+		ImagesTotal:          ns.ImagesTotal,
+		BytesDone:            ns.BytesDone,
+		BytesTotal:           ns.BytesTotal,
+	}
+	if row.TargetKubeletVersion == "" {
+		row.TargetKubeletVersion = targetKubelet
+	}
+	switch {
+	case ns.BytesTotal > 0:
+		row.PreloadPercent = percent(ns.BytesDone, ns.BytesTotal)
+	case ns.ImagesTotal > 0:
+		row.PreloadPercent = percent(ns.ImagesDone, ns.ImagesTotal)
+	}
+	return row
+}
+
+// percent rounds down, so that 100 means done.
+func percent(done, total int64) *int {
+	v := int(min(max(done, 0), total) * 100 / total)
+	return &v
+}
+
+// Finished reports whether phase is final: Succeeded or Failed.
+func Finished(phase v1beta1.Phase) bool {
+	return phase == v1beta1.PhaseSucceeded || phase == v1beta1.PhaseFailed
+}
+
+// Pick returns the plan an operator asking for "the" plan means: the newest one that is not
+// finished, else the newest one; nil when there is none. Newest is by creation time, then by
+// name.
+func Pick(plans []v1beta1.UpgradePlan) *v1beta1.UpgradePlan {
+	var best *v1beta1.UpgradePlan
+	for i := range plans {
+		c := &plans[i]
+		if best == nil {
+			best = c
+			continue
+		}
+		cRuns, bestRuns := !Finished(c.Status.Phase), !Finished(best.Status.Phase)
+		switch {
+		case cRuns != bestRuns:
+			if cRuns {
+				best = c
+			}
+		case newer(c, best):
+			best = c
+		}
+	}
+	return best
+}
+
+func newer(a, b *v1beta1.UpgradePlan) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return strings.Compare(a.Name, b.Name) > 0
+}
+
+func timeOf(t *metav1.Time) *time.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func seconds(d time.Duration) int64 {
+	return int64(max(d, 0) / time.Second)
+}
