@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// Names of the checks, as they appear in Result.Checks.
+// Names of the checks, as they appear in Result.Checks; the Kubernetes version-skew checks
+// (CheckKubernetesNoDowngrade, CheckKubernetesMinorStep, CheckKubeletSkew) follow them.
 const (
 	CheckTargetVersion        = "TargetVersion"
 	CheckCurrentVersion       = "CurrentVersion"
@@ -41,6 +42,16 @@ type Input struct {
 	Force bool
 	// AllowPrerelease allows a pre-release target without Force.
 	AllowPrerelease bool
+	// KubernetesCurrent is the control plane's Kubernetes version (the API server's, or the
+	// oldest kubelet of the control-plane nodes); empty when unknown, which skips the
+	// Kubernetes version-skew checks.
+	KubernetesCurrent string
+	// KubernetesTarget is the target release's Kubernetes version; empty when the release names
+	// none or is not known yet (ReleaseUnknown).
+	KubernetesTarget string
+	// Kubelets maps node names to the versions their kubelets report; an empty version is
+	// unknown.
+	Kubelets map[string]string
 }
 
 // Check is the outcome of one policy.
@@ -169,6 +180,10 @@ func Evaluate(in Input) Result {
 			fmt.Sprintf("%s is a pre-release; allow pre-releases to install it", target))
 	}
 	add(force(pr, in.Force))
+
+	for _, c := range kubernetesChecks(in) {
+		add(c)
+	}
 
 	if strings.TrimSpace(in.Current) == "" {
 		// The checks that fail only because the installed version is unknown clear with it.

@@ -129,10 +129,11 @@ func TestEvaluateRequiredSplit(t *testing.T) {
 		policy.CheckTargetVersion: true, policy.CheckCurrentVersion: true, policy.CheckVersionExists: true,
 		policy.CheckNoPlanInFlight: true, policy.CheckMinorStep: true, policy.CheckMinUpgradableVersion: true,
 		policy.CheckNoDowngrade: false, policy.CheckNodesReady: false, policy.CheckPrerelease: false,
+		policy.CheckKubernetesNoDowngrade: false, policy.CheckKubernetesMinorStep: false, policy.CheckKubeletSkew: false,
 	}
 	for _, minV := range []string{"", "v1.5.0"} {
 		r := policy.Evaluate(policy.Input{Current: "v1.5.2", Target: "v1.6.0", MinUpgradableVersion: minV, VersionExists: true})
-		require.Len(t, r.Checks, 8)
+		require.Len(t, r.Checks, 11)
 		for _, c := range r.Checks {
 			want, ok := required[c.Name]
 			require.True(t, ok, "unexpected check %s", c.Name)

@@ -124,6 +124,8 @@ func Decide(cfg Config, o Observation) Decision {
 		} else {
 			d.nodeUpgrading()
 		}
+	case v1beta1.PhaseNodeUpgraded:
+		d.nodeUpgraded()
 	case v1beta1.PhaseCleaningUp:
 		d.out.Actions = append(d.out.Actions, Action{Kind: ActionCleanUp}, Action{Kind: ActionRecordInstalled})
 		d.releaseAgents()

@@ -49,6 +49,13 @@ type nodeRound struct {
 	drainBlocked []string
 	// failed is set once a node's step failed, and the plan with it.
 	failed bool
+	// info is the observed nodes by name.
+	info map[string]NodeInfo
+	// gated names the node waiting for the cluster (gate) before it may start.
+	gated []string
+	// gateWaits is what the cluster lacks before the next node may start, once gateKnown.
+	gateWaits []string
+	gateKnown bool
 }
 
 // rule returns what node n's current state allows.
@@ -184,7 +191,8 @@ func (d *decider) upgraded(_ *nodeRound, n NodeInfo) {
 }
 
 // startNodes starts the nodes of group that may start, as long as the group has fewer than
-// limit nodes in flight, and returns the nodes held on purpose (paused, awaiting approval).
+// limit nodes in flight and the cluster is whole (gate), and returns the nodes held on purpose
+// (paused, awaiting approval).
 func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []string) {
 	p := d.o.Plan
 	busy := 0
@@ -208,6 +216,13 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePaused, "AwaitingApproval", "waiting for "+v1beta1.ApproveAnnotation+" to list the node"
 			})
 			held = append(held, n)
+		case busy < limit && len(d.gate(r)) > 0:
+			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForCluster", "waiting for "+strings.Join(d.gate(r), ", ")
+			})
+			r.gated = append(r.gated, n)
+			// The next nodes of the group wait for this one.
+			busy = limit
 		case busy < limit:
 			d.act(ActionCordon, n)
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
@@ -248,7 +263,7 @@ func (d *decider) nodeUpgrading() {
 		info[n.Name] = n
 	}
 	cp, others := orderedGroups(d.o.Nodes)
-	r := &nodeRound{}
+	r := &nodeRound{info: info}
 
 	// Move the nodes in flight along.
 	for _, n := range append(slices.Clone(cp), others...) {
@@ -285,6 +300,7 @@ func (d *decider) nodeUpgrading() {
 		}
 	}
 	stalled := d.stalledNodes(r.working)
+	gateStalled := d.stalledNodes(r.gated)
 	switch {
 	case upgraded == len(d.o.Nodes):
 		d.enter(v1beta1.PhaseNodeUpgraded)
@@ -292,6 +308,10 @@ func (d *decider) nodeUpgrading() {
 		d.wait("NodeJobStuck", strings.Join(r.stuck, "; "), 0, true)
 	case len(stalled) > 0:
 		d.wait("NodeStalled", strings.Join(stalled, "; "), 0, true)
+	case len(gateStalled) > 0:
+		d.wait("WaitingForCluster", strings.Join(gateStalled, "; "), 0, true)
+	case len(r.gated) > 0:
+		d.wait("WaitingForCluster", fmt.Sprintf("node %s waits for %s", strings.Join(r.gated, ", "), strings.Join(r.gateWaits, ", ")), 0, false)
 	case len(r.working) == 0 && len(held) > 0:
 		d.hold("NodesHeld", "waiting for held nodes: "+strings.Join(held, ", "))
 	default:

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/policy"
 )
 
 // Facts is what the policy checks need from the cluster.
@@ -25,6 +26,32 @@ type Facts struct {
 	PlansInFlight []string
 	// Version is the target Version; nil when it does not exist.
 	Version *v1beta1.Version
+	// KubernetesVersion is the control plane's Kubernetes version as its nodes tell it: the
+	// oldest kubelet version of the control-plane nodes (a kubelet is never newer than its API
+	// server); empty when none reports one. A caller that can ask the API server (/version)
+	// should prefer its answer.
+	KubernetesVersion string
+}
+
+// ControlPlaneKubelet returns the oldest kubelet version among the control-plane nodes, or ""
+// when none reports a version that parses.
+func ControlPlaneKubelet(nodes []corev1.Node) string {
+	var oldest policy.Version
+	out := ""
+	for i := range nodes {
+		if !IsControlPlane(&nodes[i]) {
+			continue
+		}
+		s := nodes[i].Status.NodeInfo.KubeletVersion
+		v, err := policy.ParseVersion(s)
+		if err != nil {
+			continue
+		}
+		if out == "" || v.Compare(oldest) < 0 {
+			oldest, out = v, s
+		}
+	}
+	return out
 }
 
 // GatherFacts reads the facts for a plan named plan (may be empty) that targets the Version named
@@ -40,6 +67,7 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		return Facts{}, fmt.Errorf("list nodes: %w", err)
 	}
 	f.Nodes = nodes.Items
+	f.KubernetesVersion = ControlPlaneKubelet(nodes.Items)
 	for i := range nodes.Items {
 		if !IsReady(&nodes.Items[i]) {
 			f.NotReady = append(f.NotReady, nodes.Items[i].Name)

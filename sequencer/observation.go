@@ -86,9 +86,17 @@ type Observation struct {
 	// availability (a PodDisruptionBudget allowing no disruption, a workload with one replica).
 	// Only in Initializing.
 	DrainWarnings []string
-	// ControlPlaneNotReady names, for the nodes rejoining after their node step, the
-	// control-plane pods on them that are not Ready.
+	// ControlPlaneNotReady names, for the control-plane nodes and the nodes rejoining after
+	// their node step, the control-plane pods on them that are not Ready. Only in NodeUpgrading
+	// and NodeUpgraded.
 	ControlPlaneNotReady map[string][]string
+	// ControlPlaneImages gives, for the control-plane nodes, the image each control-plane
+	// component's pod runs, by component (kube-apiserver, kube-controller-manager,
+	// kube-scheduler, etcd). Only in NodeUpgraded.
+	ControlPlaneImages map[string]map[string]string
+	// KubernetesVersion is the control plane's Kubernetes version (Facts.KubernetesVersion);
+	// empty when unknown.
+	KubernetesVersion string
 	// DrainBlocked names, for the nodes being drained, the pods whose eviction a
 	// PodDisruptionBudget refused. Only the drain itself can find out: the Reconciler fills it
 	// in after applying a decision's drains, and decides again.

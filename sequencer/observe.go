@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,8 +21,9 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )
 
-// observe reads what Decide needs. It reads the release metadata only in MetadataPopulating and
-// the pods of a node only while that node is being drained.
+// observe reads what Decide needs. It reads the release metadata only in MetadataPopulating, the
+// pods of a node to drain only while that node is being drained, and the control-plane pods only
+// in NodeUpgrading and NodeUpgraded.
 func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
 	o := Observation{Now: r.now(), Plan: plan, UpgradeImage: r.upgradeImage(plan), Compat: r.compat.namespace != ""}
 	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
@@ -104,13 +106,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			o.SUC = SUCProgress{Exists: len(list.Items) > 0, Upgraded: suc.Upgraded(plan.Name, list.Items, f.Nodes)}
 		}
 		o.PodsToEvict = map[string]int{}
-		o.ControlPlaneNotReady = map[string][]string{}
 		for name, ns := range plan.Status.NodeUpgradeStatuses {
-			if ns.State == v1beta1.NodeRejoining {
-				if o.ControlPlaneNotReady[name], err = r.controlPlaneNotReady(ctx, name); err != nil {
-					return o, err
-				}
-			}
 			if ns.State != v1beta1.NodeCordoned {
 				continue
 			}
@@ -121,6 +117,36 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			o.PodsToEvict[name] = len(pods)
 		}
 	}
+	if p := plan.Status.Phase; p == v1beta1.PhaseNodeUpgrading || p == v1beta1.PhaseNodeUpgraded {
+		// The control planes: for the gate before each node and the rejoin of each node in
+		// NodeUpgrading, for the versions they run at NodeUpgraded.
+		o.ControlPlaneNotReady = map[string][]string{}
+		if p == v1beta1.PhaseNodeUpgraded {
+			o.ControlPlaneImages = map[string]map[string]string{}
+		}
+		for i := range f.Nodes {
+			n := &f.Nodes[i]
+			if !IsControlPlane(n) && plan.Status.NodeUpgradeStatuses[n.Name].State != v1beta1.NodeRejoining {
+				continue
+			}
+			pods, err := r.controlPlanePods(ctx, n.Name)
+			if err != nil {
+				return o, err
+			}
+			for _, cp := range pods {
+				if !cp.ready {
+					o.ControlPlaneNotReady[n.Name] = append(o.ControlPlaneNotReady[n.Name], cp.name)
+				}
+				if o.ControlPlaneImages != nil && cp.component != "" && cp.image != "" {
+					if o.ControlPlaneImages[n.Name] == nil {
+						o.ControlPlaneImages[n.Name] = map[string]string{}
+					}
+					o.ControlPlaneImages[n.Name][cp.component] = cp.image
+				}
+			}
+		}
+	}
+	o.KubernetesVersion = f.KubernetesVersion
 	return o, nil
 }
 
@@ -158,20 +184,55 @@ func redactErr(err error, rawURL string) string {
 	return strings.ReplaceAll(err.Error(), rawURL, redactURL(rawURL))
 }
 
-// controlPlaneNotReady names the control-plane pods (static pods labelled tier=control-plane)
-// on node that are not Ready.
-func (r *Reconciler) controlPlaneNotReady(ctx context.Context, node string) ([]string, error) {
+// controlPlaneComponents are the components whose static pods make a node's control plane, as
+// kubeadm and RKE2 name them.
+var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+
+// controlPlanePod is one control-plane pod of a node as observed.
+type controlPlanePod struct {
+	// name is namespace/name.
+	name string
+	// component is one of controlPlaneComponents, "" when the pod names none.
+	component string
+	// image is the image of the component's container (the pod's first when none is named
+	// after the component).
+	image string
+	ready bool
+}
+
+// controlPlanePods lists node's control-plane pods, sorted by name: the pods labelled
+// tier=control-plane (kubeadm's and RKE2's static pods) and the mirror pods in kube-system named
+// <component>-<node>. A pod's component is its component label, or the name it is a mirror pod
+// of.
+func (r *Reconciler) controlPlanePods(ctx context.Context, node string) ([]controlPlanePod, error) {
 	var pods corev1.PodList
-	if err := r.c.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}, client.MatchingLabels{"tier": "control-plane"}); err != nil {
+	if err := r.c.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}); err != nil {
 		return nil, fmt.Errorf("list control-plane pods of node %s: %w", node, err)
 	}
-	var out []string
-	for _, p := range pods.Items {
-		if !podReady(&p) {
-			out = append(out, p.Namespace+"/"+p.Name)
+	var out []controlPlanePod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		byName := ""
+		if p.Namespace == metav1.NamespaceSystem && strings.HasSuffix(p.Name, "-"+node) {
+			if c := strings.TrimSuffix(p.Name, "-"+node); slices.Contains(controlPlaneComponents, c) {
+				byName = c
+			}
 		}
+		if p.Labels["tier"] != "control-plane" && byName == "" {
+			continue
+		}
+		cp := controlPlanePod{name: p.Namespace + "/" + p.Name, component: byName, ready: podReady(p)}
+		if c := p.Labels["component"]; slices.Contains(controlPlaneComponents, c) {
+			cp.component = c
+		}
+		for j, c := range p.Spec.Containers {
+			if j == 0 || c.Name == cp.component {
+				cp.image = c.Image
+			}
+		}
+		out = append(out, cp)
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b controlPlanePod) int { return strings.Compare(a.name, b.name) })
 	return out, nil
 }
 

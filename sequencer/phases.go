@@ -24,7 +24,7 @@ var Steps = []Step{
 	{v1beta1.PhaseMetadataPopulating, v1beta1.PhaseMetadataPopulated, "read the release metadata through the Service and check the policies again"},
 	{v1beta1.PhaseImagePreloading, v1beta1.PhaseImagePreloaded, "every node preloads the release's images from its own copy of the ISO"},
 	{v1beta1.PhaseClusterUpgrading, v1beta1.PhaseClusterUpgraded, "run the upgrade image's cluster Job"},
-	{v1beta1.PhaseNodeUpgrading, v1beta1.PhaseNodeUpgraded, "upgrade control-plane nodes one at a time, then the others: cordon, drain, node Job, uncordon"},
+	{v1beta1.PhaseNodeUpgrading, v1beta1.PhaseNodeUpgraded, "upgrade control-plane nodes one at a time, then the others, each once the cluster is whole: cordon, drain, node Job, uncordon, rejoin; then check the nodes run the release's Kubernetes"},
 	{v1beta1.PhaseCleaningUp, v1beta1.PhaseCleanedUp, "remove the Jobs, let agents drop the ISO, record the installed version"},
 }
 

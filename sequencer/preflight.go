@@ -25,13 +25,17 @@ func (d *decider) policyInput(releaseKnown bool) policy.Input {
 		// Once started, the plan judges against the version it started from.
 		in.Current = d.st.PreviousVersion
 	}
+	in.KubernetesCurrent = d.o.KubernetesVersion
+	in.Kubelets = map[string]string{}
 	for _, n := range d.o.Nodes {
 		if !n.Ready {
 			in.NotReadyNodes = append(in.NotReadyNodes, n.Name)
 		}
+		in.Kubelets[n.Name] = n.KubeletVersion
 	}
 	if releaseKnown && d.o.Release != nil {
 		in.MinUpgradableVersion = d.o.Release.MinUpgradableVersion
+		in.KubernetesTarget = d.o.Release.Kubernetes
 	}
 	return in
 }

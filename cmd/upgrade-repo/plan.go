@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +35,8 @@ type planOptions struct {
 	kubeconfig, to, namespace        string
 	force, allowPrerelease           bool
 	output                           string
+	// currentKubernetes is the control plane's Kubernetes version: given, or the API server's.
+	currentKubernetes string
 }
 
 // planComponent is one component's version before and after.
@@ -65,6 +68,10 @@ type planReport struct {
 	Components []planComponent `json:"components"`
 	Checks     []planCheck     `json:"checks"`
 	Phases     []planPhase     `json:"phases"`
+	// CurrentKubernetes and TargetKubernetes are the control plane's Kubernetes version and the
+	// release's, when known: what the Kubernetes version-skew checks judged.
+	CurrentKubernetes string `json:"currentKubernetes,omitempty"`
+	TargetKubernetes  string `json:"targetKubernetes,omitempty"`
 	// ControlPlaneNodes and OtherNodes give the node upgrade order when a cluster was asked.
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
@@ -83,6 +90,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to check")
 	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
+	fset.StringVar(&o.currentKubernetes, "current-kubernetes", "", "the control plane's Kubernetes `version` (default: the API server's with --kubeconfig, else --current-release's kubernetes)")
 	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
@@ -105,9 +113,17 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 		if o.to == "" {
 			return fmt.Errorf("%w: --kubeconfig needs --to VERSION", errUsage)
 		}
+		var sv discovery.ServerVersionInterface
 		var err error
-		if c, err = clusterReader(o.kubeconfig); err != nil {
+		if c, sv, err = clusterReader(o.kubeconfig); err != nil {
 			return err
+		}
+		if o.currentKubernetes == "" {
+			v, err := sv.ServerVersion()
+			if err != nil {
+				return fmt.Errorf("read the API server's version: %w", err)
+			}
+			o.currentKubernetes = v.GitVersion
 		}
 	} else if o.current == "" || o.release == "" {
 		return fmt.Errorf("%w: give --current and --release, or --kubeconfig and --to", errUsage)
@@ -131,21 +147,26 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
-// clusterReader builds a client of the cluster in kubeconfig.
-func clusterReader(kubeconfig string) (client.Reader, error) {
+// clusterReader builds a client of the cluster in kubeconfig, and one that asks its API server
+// for its version.
+func clusterReader(kubeconfig string) (client.Reader, discovery.ServerVersionInterface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	s, err := planScheme()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
-		return nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
 	}
-	return c, nil
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
+	}
+	return c, dc, nil
 }
 
 func planScheme() (*runtime.Scheme, error) {
@@ -176,16 +197,18 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		}
 	}
 	in := policy.Input{
-		Current:         o.current,
-		Force:           o.force,
-		AllowPrerelease: o.allowPrerelease,
-		VersionExists:   true,
+		Current:           o.current,
+		Force:             o.force,
+		AllowPrerelease:   o.allowPrerelease,
+		VersionExists:     true,
+		KubernetesCurrent: o.currentKubernetes,
 	}
 	rep := &planReport{}
 	switch {
 	case target != nil:
 		in.Target = target.Harvester
 		in.MinUpgradableVersion = target.MinUpgradableVersion
+		in.KubernetesTarget = target.Kubernetes
 		if o.to != "" && o.to != target.Harvester {
 			return nil, fmt.Errorf("--to %s but the release given by --release is %s", o.to, target.Harvester)
 		}
@@ -211,11 +234,22 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		in.VersionExists = f.Version != nil
 		in.NotReadyNodes = f.NotReady
 		in.PlansInFlight = f.PlansInFlight
+		if in.KubernetesCurrent == "" {
+			in.KubernetesCurrent = f.KubernetesVersion
+		}
+		in.Kubelets = map[string]string{}
+		for _, n := range f.Nodes {
+			in.Kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
+		}
 		rep.ControlPlaneNodes, rep.OtherNodes = sequencer.NodeOrder(f.Nodes)
+	}
+	if in.KubernetesCurrent == "" && currentRel != nil {
+		in.KubernetesCurrent = currentRel.Kubernetes
 	}
 	res := policy.Evaluate(in)
 	rep.Allowed = res.Allowed
 	rep.Current, rep.Target = in.Current, in.Target
+	rep.CurrentKubernetes, rep.TargetKubernetes = in.KubernetesCurrent, in.KubernetesTarget
 	for _, ch := range res.Checks {
 		pc := planCheck{Check: ch, Result: "pass"}
 		switch {
@@ -278,7 +312,11 @@ func planComponents(current string, cur *release.Release, target string, tgt *re
 
 func printUpgradePlan(w io.Writer, rep *planReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Upgrade plan: %s -> %s\n\n", planOrUnknown(rep.Current), planOrUnknown(rep.Target))
+	fmt.Fprintf(tw, "Upgrade plan: %s -> %s\n", planOrUnknown(rep.Current), planOrUnknown(rep.Target))
+	if rep.CurrentKubernetes != "" || rep.TargetKubernetes != "" {
+		fmt.Fprintf(tw, "Kubernetes: %s -> %s\n", planOrUnknown(rep.CurrentKubernetes), planOrUnknown(rep.TargetKubernetes))
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "COMPONENT\tCURRENT\tTARGET")
 	changed := 0
 	for _, c := range rep.Components {

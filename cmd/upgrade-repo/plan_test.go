@@ -27,6 +27,8 @@ const (
 	planTargetYAML  = "harvester: v1.6.0\nkubernetes: v1.33.3+rke2r1\nrancher: v2.11.3\nkubevirt: v1.5.0\nos: Harvester v1.6.0\nminUpgradableVersion: v1.5.0\n"
 	planRCYAML      = "harvester: v1.6.0-rc1\nkubernetes: v1.33.3+rke2r1\n"
 	planFarYAML     = "harvester: v1.8.0\n"
+	// planKubeadmYAML is a kubeadm release: an upstream Kubernetes version, etcd and CoreDNS.
+	planKubeadmYAML = "harvester: v1.6.0\nkubernetes: v1.34.1\netcd: 3.6.4-0\ncoredns: v1.12.1\nminUpgradableVersion: v1.5.0\n"
 )
 
 func writePlanFile(t *testing.T, name, data string) string {
@@ -66,6 +68,7 @@ func TestPlanOffline(t *testing.T) {
 	current := writePlanFile(t, "current.yaml", planCurrentYAML)
 	rc := writePlanFile(t, "rc.yaml", planRCYAML)
 	far := writePlanFile(t, "far.yaml", planFarYAML)
+	kubeadm := writePlanFile(t, "kubeadm.yaml", planKubeadmYAML)
 	repo := planRepo(t, planTargetYAML)
 	tests := []struct {
 		name     string
@@ -119,6 +122,22 @@ func TestPlanOffline(t *testing.T) {
 		{
 			name: "same version", args: []string{"--current", "v1.6.0", "--release", target}, allowed: true,
 		},
+		{
+			name: "kubernetes one minor up, from the current release", args: []string{"--current", "v1.5.2", "--release", target, "--current-release", current}, allowed: true,
+			results: map[string]string{"KubernetesNoDowngrade": "pass", "KubernetesMinorStep": "pass", "KubeletVersionSkew": "pass"},
+		},
+		{
+			name: "kubernetes two minors up", args: []string{"--current", "v1.5.2", "--release", kubeadm, "--current-kubernetes", "v1.32.9"},
+			results: map[string]string{"KubernetesMinorStep": "fail", "KubernetesNoDowngrade": "pass"},
+		},
+		{
+			name: "kubernetes two minors up forced", args: []string{"--current", "v1.5.2", "--release", kubeadm, "--current-kubernetes", "v1.32.9", "--force"}, allowed: true,
+			results: map[string]string{"KubernetesMinorStep": "warn"},
+		},
+		{
+			name: "kubernetes downgrade", args: []string{"--current", "v1.5.2", "--release", kubeadm, "--current-kubernetes", "v1.35.0"},
+			results: map[string]string{"KubernetesNoDowngrade": "fail"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,7 +151,7 @@ func TestPlanOffline(t *testing.T) {
 			var rep planReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Equal(t, tt.allowed, rep.Allowed)
-			require.Len(t, rep.Checks, 8)
+			require.Len(t, rep.Checks, 11)
 			got := map[string]string{}
 			for _, c := range rep.Checks {
 				got[c.Name] = c.Result
@@ -163,6 +182,8 @@ func TestPlanText(t *testing.T) {
 	out, err := runPlanTest(t, "--current", "v1.5.2", "--release", target, "--current-release", current)
 	require.NoError(t, err)
 	require.Contains(t, out, "Upgrade plan: v1.5.2 -> v1.6.0")
+	require.Contains(t, out, "Kubernetes: v1.32.7+rke2r1 -> v1.33.3+rke2r1")
+	require.Regexp(t, `KubernetesMinorStep\s+skippable\s+pass`, out)
 	require.Regexp(t, `kubernetes\s+v1.32.7\+rke2r1\s+v1.33.3\+rke2r1`, out)
 	require.NotRegexp(t, `(?m)^rancher\s`, out, "unchanged components are not listed")
 	require.Regexp(t, `MinUpgradableVersion\s+required\s+pass`, out)
@@ -216,8 +237,11 @@ func TestPlanCluster(t *testing.T) {
 	t.Parallel()
 	s, err := planScheme()
 	require.NoError(t, err)
-	node := func(name string, cp, ready bool) *corev1.Node {
+	node := func(name string, cp, ready bool, kubelet ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+		if len(kubelet) > 0 {
+			n.Status.NodeInfo.KubeletVersion = kubelet[0]
+		}
 		if cp {
 			n.Labels["node-role.kubernetes.io/control-plane"] = "true"
 		}
@@ -241,6 +265,7 @@ func TestPlanCluster(t *testing.T) {
 	done := running.DeepCopy()
 	done.Name, done.Status.Phase = "done", v1beta1.PhaseSucceeded
 	target := writePlanFile(t, "target.yaml", planTargetYAML)
+	kubeadm := writePlanFile(t, "kubeadm.yaml", planKubeadmYAML)
 
 	tests := []struct {
 		name    string
@@ -248,6 +273,8 @@ func TestPlanCluster(t *testing.T) {
 		args    []string
 		allowed bool
 		results map[string]string
+		// current is the control plane's Kubernetes version the report shows.
+		current string
 	}{
 		{
 			name: "allowed", objs: []client.Object{installed, version, done, node("cp-1", true, true), node("w-1", false, true)},
@@ -278,6 +305,30 @@ func TestPlanCluster(t *testing.T) {
 			name: "installed version unknown", objs: []client.Object{version, node("cp-1", true, true)},
 			results: map[string]string{"CurrentVersion": "fail"},
 		},
+		{
+			name: "kubernetes minor upgrade judged from the control plane's kubelets", args: []string{"--release", kubeadm}, allowed: true,
+			objs:    []client.Object{installed, version, node("cp-1", true, true, "v1.33.5"), node("w-1", false, true, "v1.33.4")},
+			results: map[string]string{"KubernetesNoDowngrade": "pass", "KubernetesMinorStep": "pass", "KubeletVersionSkew": "pass"},
+			current: "v1.33.5",
+		},
+		{
+			name: "the API server's version comes first", args: []string{"--release", kubeadm, "--current-kubernetes", "v1.32.0"},
+			objs:    []client.Object{installed, version, node("cp-1", true, true, "v1.32.0")},
+			results: map[string]string{"KubernetesMinorStep": "fail"},
+			current: "v1.32.0",
+		},
+		{
+			name: "kubernetes downgrade and kubelets newer than the release", args: []string{"--release", kubeadm},
+			objs:    []client.Object{installed, version, node("cp-1", true, true, "v1.35.0"), node("w-1", false, true, "v1.35.0")},
+			results: map[string]string{"KubernetesNoDowngrade": "fail", "KubeletVersionSkew": "fail"},
+			current: "v1.35.0",
+		},
+		{
+			name: "a kubelet newer than the control plane", args: []string{"--release", kubeadm},
+			objs:    []client.Object{installed, version, node("cp-1", true, true, "v1.34.0"), node("w-1", false, true, "v1.34.1")},
+			results: map[string]string{"KubernetesNoDowngrade": "pass", "KubeletVersionSkew": "fail"},
+			current: "v1.34.0",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,6 +342,9 @@ func TestPlanCluster(t *testing.T) {
 					o.release = tt.args[i]
 				case "--force":
 					o.force = true
+				case "--current-kubernetes":
+					i++
+					o.currentKubernetes = tt.args[i]
 				}
 			}
 			rep, err := makePlan(t.Context(), o, c, http.DefaultClient)
@@ -304,6 +358,7 @@ func TestPlanCluster(t *testing.T) {
 				require.Equal(t, want, got[name], "check %s", name)
 			}
 			require.Equal(t, []string{"cp-1"}, rep.ControlPlaneNodes)
+			require.Equal(t, tt.current, rep.CurrentKubernetes)
 		})
 	}
 }
