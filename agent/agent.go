@@ -91,8 +91,8 @@ type Gossip interface {
 type Deps struct {
 	// Log receives every log line (required).
 	Log *slog.Logger
-	// Listener is where the HTTP server serves the repo, the peers and /v1/status (required).
-	// Run closes it.
+	// Listener is where the HTTP server serves the repo, the peers, /v1/status and /v1/step
+	// (required). Run closes it.
 	Listener net.Listener
 	// Directory is the gossip directory the Gossip member carries (required).
 	Directory *peer.Directory
@@ -165,11 +165,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
 	peers := peer.NewHandler(a.log, a.store, deps.PeerMetrics, peer.RequireToken(deps.Token))
-	mux := http.NewServeMux()
-	mux.Handle("/v1/iso/", peers)
-	mux.Handle("GET /v1/status", a.board)
-	mux.Handle("/", a.server)
-	a.http = &http.Server{Handler: repo.MergeSlashes(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	step := &stepHandler{board: a.board, log: a.log, now: time.Now}
+	a.http = &http.Server{Handler: routes(peers, a.board, step, a.server), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if deps.Kube != nil {
 		a.plans = newInstructions()
 		w, err := report.NewWriter(deps.Kube, cfg.Node)
@@ -183,6 +180,19 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// routes returns the agent's HTTP handler: the peers' ISOs, the status, the node step's reports
+// and, for every other path, the repo's files. The step's route takes every method (and refuses
+// all but POST itself), so that no request to it reaches the ISO's files, and it answers whether
+// or not the node serves an ISO.
+func routes(peers, status, step, files http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/iso/", peers)
+	mux.Handle("GET /v1/status", status)
+	mux.Handle(StepPath, step)
+	mux.Handle("/", files)
+	return repo.MergeSlashes(mux)
 }
 
 // Board returns the agent's status board.

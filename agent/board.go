@@ -35,6 +35,9 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 	// Plan is the UpgradePlan whose ISO the agent holds, when it follows the cluster's plans.
 	Plan string `json:"plan,omitempty"`
+	// Step is what the node's upgrade step last reported (POST /v1/step); nil until one reports.
+	// The board never changes a step it holds: it replaces it whole.
+	Step *v1beta1.RepoNodeStep `json:"step,omitempty"`
 }
 
 // ISOStatus is the state of one ISO on this node.
@@ -154,6 +157,35 @@ func (b *Board) reset() {
 	b.notify()
 }
 
+// step records st as the node step's last report, replacing the one before.
+func (b *Board) step(st *v1beta1.RepoNodeStep) {
+	b.update(func(s *Status) { s.Step = st })
+}
+
+// restoreStep records st, the report a RepoNode carried when the agent started, unless a step
+// reported since.
+func (b *Board) restoreStep(st *v1beta1.RepoNodeStep) {
+	if st == nil {
+		return
+	}
+	b.update(func(s *Status) {
+		if s.Step == nil {
+			s.Step = st
+		}
+	})
+}
+
+// keepStepOf drops the step's report unless it is of the plan named plan: the plans the agent
+// follows have moved on from the plan of the report (or there is none).
+func (b *Board) keepStepOf(plan string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.s.Step != nil && b.s.Step.Plan != plan {
+		b.s.Step = nil
+		b.notify()
+	}
+}
+
 // isoStates maps the board's ISO states to the RepoNode's.
 var isoStates = map[string]v1beta1.ISOState{
 	ISOPending:   v1beta1.ISOPending,
@@ -185,6 +217,10 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 	}
 	if s.Ready {
 		st.Repo = v1beta1.RepoNodeRepo{Ready: true, URL: url}
+	}
+	if s.Step != nil {
+		step := *s.Step
+		st.Step = &step
 	}
 	if preloadErr != "" && s.Preload == nil {
 		st.Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadFailed, Reason: "PreloadNotStarted", Message: preloadErr}

@@ -62,6 +62,17 @@ func TestBoardRepoNode(t *testing.T) {
 			},
 		},
 		{
+			name: "a step's report, kept across a reset",
+			setup: func(b *Board) {
+				b.step(&v1beta1.RepoNodeStep{Plan: "up", Stage: v1beta1.StageOSUpgrading, Message: "rebooting"})
+				b.reset()
+			},
+			want: v1beta1.RepoNodeStatus{
+				ISO:  v1beta1.RepoNodeISO{State: v1beta1.ISOPending},
+				Step: &v1beta1.RepoNodeStep{Plan: "up", Stage: v1beta1.StageOSUpgrading, Message: "rebooting"},
+			},
+		},
+		{
 			name: "reset after a drop",
 			setup: func(b *Board) {
 				b.plan("up", sha)
@@ -87,6 +98,8 @@ func TestBoardServesStatus(t *testing.T) {
 	members := 1
 	b := NewBoard("n1", func() int { return members })
 	b.plan("up", "")
+	step := &v1beta1.RepoNodeStep{Plan: "up", Stage: v1beta1.StageKubernetesUpgraded}
+	b.step(step)
 	members = 4
 	rec := httptest.NewRecorder()
 	b.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/status", nil))
@@ -94,5 +107,5 @@ func TestBoardServesStatus(t *testing.T) {
 	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
 	var s Status
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &s))
-	require.Equal(t, Status{Node: "n1", Members: 4, ISO: ISOStatus{State: ISOPending}, Plan: "up"}, s)
+	require.Equal(t, Status{Node: "n1", Members: 4, ISO: ISOStatus{State: ISOPending}, Plan: "up", Step: step}, s)
 }

@@ -29,6 +29,8 @@
 //   - holding the ISO (hold.go): a given ISO is held for good; an ISO a plan names is acquired,
 //     served, preloaded once the plan lists the node, and dropped from the cache once no plan holds
 //     it;
+//   - the node step's reports (step.go): POST /v1/step from the upgrade image's node Job, put on
+//     the board and written into the RepoNode's status.step;
 //   - the report loop (reporter): the RepoNode written at once on a change of state, and as a
 //     heartbeat.
 //

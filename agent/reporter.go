@@ -16,10 +16,24 @@ type StatusWriter interface {
 	Write(ctx context.Context, st v1beta1.RepoNodeStatus) error
 }
 
-var _ StatusWriter = (*report.Writer)(nil)
+// StepReader is an optional capability of a StatusWriter: reading the node step's report that
+// the RepoNode carries. A node step may reboot its node, and the agent with it; the reporter reads
+// the report once before its first write, so that a restarted agent keeps it rather than writing
+// it away. Step returns nil without error when the RepoNode carries none or does not exist.
+type StepReader interface {
+	Step(ctx context.Context) (*v1beta1.RepoNodeStep, error)
+}
+
+var (
+	_ StatusWriter = (*report.Writer)(nil)
+	_ StepReader   = (*report.Writer)(nil)
+)
 
 // reporter writes the board to the node's RepoNode: at once when its state changes, and every
 // interval otherwise (progress and heartbeat).
+//
+// The node step's report (Board's Step) is written as the board holds it, and kept while the
+// plans the agent follows name its plan: once they name another plan, or none, it is dropped.
 type reporter struct {
 	w        StatusWriter
 	board    *Board
@@ -33,6 +47,8 @@ type reporter struct {
 
 	last   v1beta1.RepoNodeStatus
 	lastAt time.Time
+	// restored is true once the RepoNode's step report was read back (see StepReader).
+	restored bool
 }
 
 // run reports until ctx ends. The first report waits for the first read of the plans, so that
@@ -71,6 +87,18 @@ func (r *reporter) run(ctx context.Context) {
 
 // once writes the report when its state changed since the last write, or the interval passed.
 func (r *reporter) once(ctx context.Context, now time.Time) error {
+	if !r.restored {
+		if sr, ok := r.w.(StepReader); ok {
+			step, err := sr.Step(ctx)
+			if err != nil {
+				return err
+			}
+			r.board.restoreStep(step)
+		}
+		r.restored = true
+	}
+	in, _ := r.plans.current()
+	r.board.keepStepOf(in.Plan)
 	st := r.board.RepoNode(r.url)
 	st.ISO.Checksum = r.asPlanWrites(st.ISO.Checksum)
 	st.Cache = cacheUsage(r.cacheDir)
@@ -118,5 +146,13 @@ func cacheUsage(dir string) v1beta1.RepoNodeCache {
 func sameState(a, b v1beta1.RepoNodeStatus) bool {
 	return a.ISO.Checksum == b.ISO.Checksum && a.ISO.State == b.ISO.State && a.ISO.Message == b.ISO.Message &&
 		a.Repo == b.Repo && a.Preload.State == b.Preload.State && a.Preload.Reason == b.Preload.Reason &&
-		a.Preload.Message == b.Preload.Message
+		a.Preload.Message == b.Preload.Message && sameStep(a.Step, b.Step)
+}
+
+// sameStep reports whether two step reports are the same report.
+func sameStep(a, b *v1beta1.RepoNodeStep) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Plan == b.Plan && a.Stage == b.Stage && a.Message == b.Message && a.Time.Equal(&b.Time)
 }

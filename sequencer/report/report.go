@@ -86,6 +86,21 @@ func (w *Writer) Write(ctx context.Context, st v1beta1.RepoNodeStatus) error {
 	return nil
 }
 
+// Step returns the node step's report that the RepoNode carries, nil when it carries none or does
+// not exist yet: a restarted agent reads it back before its first Write, so as not to write it
+// away (a node step may reboot its node, and the agent with it).
+func (w *Writer) Step(ctx context.Context) (*v1beta1.RepoNodeStep, error) {
+	var rn v1beta1.RepoNode
+	err := w.c.Get(ctx, client.ObjectKey{Name: w.node}, &rn)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the step report of node %s: %w", w.node, err)
+	}
+	return rn.Status.Step, nil
+}
+
 // Instruction is what the sequencer asks of one node.
 type Instruction struct {
 	// Plan is the UpgradePlan that asks; empty when no plan needs the node.

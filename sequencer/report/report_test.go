@@ -140,3 +140,40 @@ func TestInstructions(t *testing.T) {
 		})
 	}
 }
+
+// Step reads back the step report the RepoNode carries, for an agent that restarts.
+func TestWriterStep(t *testing.T) {
+	t.Parallel()
+	at := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)) // as metav1.Time reads it back
+	step := &v1beta1.RepoNodeStep{Plan: "up", Stage: v1beta1.StageOSUpgrading, Message: "rebooting", Time: at}
+	tests := []struct {
+		name    string
+		objects []client.Object
+		want    *v1beta1.RepoNodeStep
+	}{
+		{name: "no RepoNode yet"},
+		{name: "no step reported", objects: []client.Object{&v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}}},
+		{
+			name: "a step reported",
+			objects: []client.Object{&v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+				Status: v1beta1.RepoNodeStatus{Step: step}}},
+			want: step,
+		},
+		{
+			name: "another node's step",
+			objects: []client.Object{&v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-2"},
+				Status: v1beta1.RepoNodeStatus{Step: step}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := fake.NewClientBuilder().WithScheme(scheme(t)).WithStatusSubresource(&v1beta1.RepoNode{}).WithObjects(tt.objects...).Build()
+			w, err := report.NewWriter(c, "node-1")
+			require.NoError(t, err)
+			got, err := w.Step(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
