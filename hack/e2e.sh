@@ -61,6 +61,8 @@ kubeadm_work=${E2E_KUBEADM_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline}
 # The product's script steps (bash, curl, yq, jq, zstdcat, ctr) for TestCompatScriptSteps: built
 # and loaded only when the tests to run include it (the whole suite, or an E2E_RUN naming it).
 script_image=upgrade-repo-e2e-scripts:e2e
+# Formation kubeadm runs the real upgrade alone: the other tests assume the synthetic release.
+[ "$formation" = kubeadm ] && [ -z "${E2E_RUN:-}" ] && E2E_RUN='^TestKubeadmUpgrade$'
 compat=0
 case ${E2E_RUN:-} in ''|*Compat*) compat=1 ;; esac
 reboot=${E2E_REBOOT:-1}
