@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -183,6 +184,7 @@ func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv
 		if plan.Status.Phase != lastPhase {
 			t.Logf("+%s %s phase %s", time.Since(start).Round(time.Second), name, plan.Status.Phase)
 			lastPhase = plan.Status.Phase
+			operatorView(t, c, name, fmt.Sprintf("+%s", time.Since(start).Round(time.Second)))
 		}
 		for n, ns := range plan.Status.NodeUpgradeStatuses {
 			row := fmt.Sprintf("%s kubelet %s -> %s (target %s) %s %s", ns.State, ns.KubeletVersionBefore, ns.KubeletVersion, ns.TargetKubeletVersion, ns.Reason, ns.Message)
@@ -204,7 +206,28 @@ func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv
 	require.Equal(t, apiv1beta1.PhaseSucceeded, plan.Status.Phase, "UpgradePlan %s failed in phase %s: %s",
 		name, plan.Status.FailedPhase, conditions(plan.Status.Conditions))
 	stepLogs(t, c, name)
+	operatorView(t, c, name, "final")
 	return &plan
+}
+
+// operatorView runs `upgrade-repo upgrade status PLAN`, as an operator would from outside the
+// cluster, and appends its output to the artifacts (status-PLAN.log).
+func operatorView(t *testing.T, c *cluster, plan, when string) {
+	t.Helper()
+	bin := filepath.Join(c.artifacts, "upgrade-repo")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "upgrade", "status", plan, "--kubeconfig", os.Getenv("E2E_KUBECONFIG")).CombinedOutput()
+	f, ferr := os.OpenFile(filepath.Join(c.artifacts, "status-"+plan+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if ferr != nil {
+		t.Logf("status log: %v", ferr)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "===== %s (err=%v)\n%s\n", when, err, out)
+	if when == "final" {
+		t.Logf("upgrade-repo upgrade status %s:\n%s", plan, out)
+	}
 }
 
 // stepLogs saves the logs of the plan's Jobs' pods to the artifacts (steps-PLAN.log).
