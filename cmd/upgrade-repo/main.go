@@ -45,13 +45,17 @@ func commands() map[string]command {
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
 		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},
-		"upgrade":   {"follow an UpgradePlan (upgrade status)", runUpgrade},
+		"upgrade":   {"create and follow an upgrade (upgrade apply, upgrade status)", runUpgrade},
 		"version":   {"print the version of this binary", runVersion},
 	}
 }
 
 // errUsage marks an error caused by how the command was invoked; main exits 2 for it.
 var errUsage = errors.New("usage")
+
+// errTimeout marks a command that stopped waiting at its --timeout (upgrade apply, upgrade
+// status -w); main exits 3 for it, so that a script tells it from a failure (1).
+var errTimeout = errors.New("timed out")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,6 +65,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "upgrade-repo: %v\n", err)
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
+		}
+		if errors.Is(err, errTimeout) {
+			os.Exit(3)
 		}
 		os.Exit(1)
 	}

@@ -37,6 +37,9 @@ type planOptions struct {
 	output                           string
 	// currentKubernetes is the control plane's Kubernetes version: given, or the API server's.
 	currentKubernetes string
+	// versionCreated says the Version named by to is created once the upgrade is allowed
+	// (upgrade apply): the VersionExists policy holds for it.
+	versionCreated bool
 }
 
 // planComponent is one component's version before and after.
@@ -231,7 +234,7 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		if currentRel == nil {
 			currentRel = f.Installed.Release
 		}
-		in.VersionExists = f.Version != nil
+		in.VersionExists = f.Version != nil || o.versionCreated
 		in.NotReadyNodes = f.NotReady
 		in.PlansInFlight = f.PlansInFlight
 		if in.KubernetesCurrent == "" {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,10 +23,10 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
-// upgradeVerbs lists the verbs of `upgrade`, each a command of its own; apply and pause will
-// join status here.
+// upgradeVerbs lists the verbs of `upgrade`, each a command of its own.
 func upgradeVerbs() map[string]command {
 	return map[string]command{
+		"apply":  {"judge, create and follow an upgrade from a release ISO's URL and checksum", runUpgradeApply},
 		"status": {"show an UpgradePlan's phase and its nodes; -w follows it until it ends", runUpgradeStatus},
 	}
 }
@@ -58,6 +59,28 @@ func runUpgrade(ctx context.Context, a *app, args []string) error {
 type upgradeStatusOptions struct {
 	plan, output, kubeconfig, context string
 	watch                             bool
+	// timeout bounds a watch; 0 waits for the plan's end.
+	timeout time.Duration
+}
+
+// kubeFlags registers kubectl's --kubeconfig and --context on fset.
+func kubeFlags(fset *flag.FlagSet, kubeconfig, kubeContext *string) {
+	fset.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
+	fset.StringVar(kubeContext, "context", "", "the kubeconfig `context` to use; its current context when empty")
+}
+
+// parseVerbArgs parses a verb's flags, which may come before or after its arguments (PLAN), as
+// with kubectl, and returns the arguments.
+func parseVerbArgs(fset *flag.FlagSet, args []string) (pos []string, help bool, err error) {
+	for {
+		if help, err := parseFlags(fset, args); help || err != nil {
+			return nil, help, err
+		}
+		if fset.NArg() == 0 {
+			return pos, false, nil
+		}
+		pos, args = append(pos, fset.Arg(0)), fset.Args()[1:]
+	}
 }
 
 // runUpgradeStatus prints an UpgradePlan's status; with -w it prints it again at each change
@@ -68,25 +91,18 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.SetOutput(a.stderr)
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	fset.StringVar(&o.output, "output", "text", "output `format`: text or json")
-	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
-	fset.StringVar(&o.context, "context", "", "the kubeconfig `context` to use; its current context when empty")
+	kubeFlags(fset, &o.kubeconfig, &o.context)
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
+	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w] [--kubeconfig FILE] [--context NAME]")
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME]")
 		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
 		fset.PrintDefaults()
 	}
-	// PLAN may come before or after the flags, as with kubectl.
-	var pos []string
-	for {
-		if help, err := parseFlags(fset, args); help || err != nil {
-			return err
-		}
-		if fset.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fset.Arg(0)), fset.Args()[1:]
+	pos, help, err := parseVerbArgs(fset, args)
+	if help || err != nil {
+		return err
 	}
 	if len(pos) > 1 {
 		return fmt.Errorf("%w: upgrade status takes at most one plan, got %q", errUsage, pos)
@@ -97,16 +113,54 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, o.output)
 	}
+	if o.timeout < 0 {
+		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
+	}
 	c, err := upgradeClient(o.kubeconfig, o.context)
 	if err != nil {
 		return err
 	}
-	return upgradeStatus(ctx, a, c, o, time.Now)
+	return followWithTimeout(ctx, c, o.plan, o.timeout, func(ctx context.Context) error {
+		return upgradeStatus(ctx, a, c, o, time.Now)
+	})
 }
 
-// upgradeClient builds a client of the cluster kubectl would talk to: clientcmd's loading rules
-// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster) and --context.
-func upgradeClient(kubeconfig, kubeContext string) (client.WithWatch, error) {
+// followWithTimeout runs follow under timeout (none when 0). When the timeout, and not ctx,
+// ended it, the error wraps errTimeout and says where the plan stands: it goes on without us.
+func followWithTimeout(ctx context.Context, c client.Reader, plan string, timeout time.Duration, follow func(context.Context) error) error {
+	if timeout <= 0 {
+		return follow(ctx)
+	}
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := follow(fctx)
+	if err == nil || fctx.Err() == nil || ctx.Err() != nil {
+		return err
+	}
+	where := ""
+	var p v1beta1.UpgradePlan
+	if plan != "" && c.Get(ctx, client.ObjectKey{Name: plan}, &p) == nil {
+		where = fmt.Sprintf(" upgradeplan %s is %s;", plan, orNotStarted(p.Status.Phase))
+	}
+	again := "upgrade-repo upgrade status -w"
+	if plan != "" {
+		again = "upgrade-repo upgrade status " + plan + " -w"
+	}
+	return fmt.Errorf("%w after %s:%s the upgrade goes on (%s)", errTimeout, timeout, where, again)
+}
+
+// orNotStarted names a plan's phase, "not started" before the sequencer saw it.
+func orNotStarted(p v1beta1.Phase) string {
+	if p == "" {
+		return "not started"
+	}
+	return string(p)
+}
+
+// upgradeRESTConfig loads the configuration of the cluster kubectl would talk to: clientcmd's
+// loading rules (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster) and
+// --context.
+func upgradeRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
@@ -114,6 +168,20 @@ func upgradeClient(kubeconfig, kubeContext string) (client.WithWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
+	return cfg, nil
+}
+
+// upgradeClient builds a client of the cluster kubectl would talk to (upgradeRESTConfig).
+func upgradeClient(kubeconfig, kubeContext string) (client.WithWatch, error) {
+	cfg, err := upgradeRESTConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return nil, err
+	}
+	return upgradeClientFor(cfg)
+}
+
+// upgradeClientFor builds a client of the cluster of cfg that knows the core kinds and v1beta1.
+func upgradeClientFor(cfg *rest.Config) (client.WithWatch, error) {
 	s, err := planScheme()
 	if err != nil {
 		return nil, err
