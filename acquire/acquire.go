@@ -12,6 +12,9 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // Source says where an ISO comes from: a local Path, or a URL with its Checksum and the
@@ -42,7 +45,7 @@ func (s Source) Validate() error {
 	case s.URL != "" && s.CacheDir == "":
 		return errors.New("an ISO URL needs a cache directory")
 	case s.URL != "":
-		return peer.CheckURL(s.URL)
+		return fetch.CheckURL(s.URL)
 	}
 	return nil
 }
@@ -53,7 +56,7 @@ type Option func(*options)
 type options struct {
 	log     *slog.Logger
 	metrics *peer.Metrics
-	fetch   []peer.FetchOption
+	fetch   []fetch.Option
 }
 
 // WithLogger sets the logger (default: discard).
@@ -63,7 +66,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithMetrics(m *peer.Metrics) Option { return func(o *options) { o.metrics = m } }
 
 // WithFetchOptions adds options of the download (retry policy, timeouts, progress interval).
-func WithFetchOptions(opts ...peer.FetchOption) Option {
+func WithFetchOptions(opts ...fetch.Option) Option {
 	return func(o *options) { o.fetch = append(o.fetch, opts...) }
 }
 
@@ -114,30 +117,30 @@ func Acquire(ctx context.Context, src Source, opts ...Option) (Verified, error) 
 	} else if err := os.MkdirAll(src.CacheDir, 0o755); err != nil {
 		return Verified{}, fmt.Errorf("acquire: cache %w", err)
 	}
-	dir := peer.NewDirectory(lone)
+	dir := inventory.NewDirectory(lone)
 	var once sync.Once
-	store := peer.NewStore(dir, peer.WithStoreLogger(o.log), peer.WithOnDamage(func(string, *chunks.DamageError) {
+	store := cache.NewStore(dir, cache.WithLogger(o.log), cache.WithOnDamage(func(string, *chunks.DamageError) {
 		once.Do(func() {
 			o.log.Error("the ISO is damaged on disk: its damaged chunks are refused; restart to verify it again and fetch what changed")
 		})
 	}))
-	var l *peer.LocalISO
+	var l *cache.LocalISO
 	if src.Path != "" {
 		var err error
-		if l, err = store.AddComplete(src.Path, src.Checksum.Hex(), peer.DefaultChunkSize); err != nil {
+		if l, err = store.AddComplete(src.Path, src.Checksum.Hex(), cache.DefaultChunkSize); err != nil {
 			return Verified{}, fmt.Errorf("acquire: %w", err)
 		}
 	} else {
-		fopts := []peer.FetchOption{peer.WithMetrics(o.metrics), peer.WithSettle(0)}
+		fopts := []fetch.Option{fetch.WithMetrics(o.metrics), fetch.WithSettle(0)}
 		if src.Client != nil {
-			fopts = append(fopts, peer.WithHTTPClient(src.Client))
+			fopts = append(fopts, fetch.WithHTTPClient(src.Client))
 		}
-		f, err := peer.NewFetcher(o.log, dir, &peer.StaticMembers{Local: lone, List: []peer.Member{{Name: lone}}}, store,
+		f, err := fetch.NewFetcher(o.log, dir, &peer.StaticMembers{Local: lone, List: []peer.Member{{Name: lone}}}, store,
 			append(fopts, o.fetch...)...)
 		if err != nil {
 			return Verified{}, fmt.Errorf("acquire: %w", err)
 		}
-		req := peer.Request{SHA512: src.Checksum.Hex(), OriginURL: src.URL, Path: filepath.Join(src.CacheDir, src.Checksum.Hex()+".iso")}
+		req := fetch.Request{SHA512: src.Checksum.Hex(), OriginURL: src.URL, Path: filepath.Join(src.CacheDir, src.Checksum.Hex()+".iso")}
 		if l, err = f.Fetch(ctx, req, nil); err != nil {
 			_ = store.Remove(req.SHA512, false)
 			return Verified{}, fmt.Errorf("acquire: %w", err)

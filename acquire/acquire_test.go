@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 )
 
 func content(seed uint64, n int) []byte {
@@ -70,7 +71,7 @@ func TestAcquire(t *testing.T) {
 		{name: "local directory", src: Source{Path: filepath.Dir(local)}, err: "not a regular file"},
 		{name: "url", src: Source{URL: url, Checksum: sum}, want: "cache", verifier: true},
 		{name: "url wrong checksum", src: Source{URL: url, Checksum: wrong}, errIs: peer.ErrVerification},
-		{name: "url not found", src: Source{URL: origin.URL + "/nope", Checksum: sum}, errIs: peer.ErrOriginRefused},
+		{name: "url not found", src: Source{URL: origin.URL + "/nope", Checksum: sum}, errIs: fetch.ErrOriginRefused},
 		{name: "url without checksum", src: Source{URL: url, CacheDir: "x"}, err: "needs its checksum"},
 		{name: "url without cache", src: Source{URL: url, Checksum: sum}, err: "needs a cache directory"},
 		{name: "url not http", src: Source{URL: "ftp://origin/x.iso", Checksum: sum}, err: "http or https"},
@@ -84,7 +85,7 @@ func TestAcquire(t *testing.T) {
 			if tt.src.URL != "" && tt.src.CacheDir == "" && tt.name != "url without cache" {
 				tt.src.CacheDir = cache
 			}
-			v, err := Acquire(t.Context(), tt.src, WithFetchOptions(peer.WithRetry(2, time.Millisecond, time.Millisecond)))
+			v, err := Acquire(t.Context(), tt.src, WithFetchOptions(fetch.WithRetry(2, time.Millisecond, time.Millisecond)))
 			switch {
 			case tt.errIs != nil:
 				require.ErrorIs(t, err, tt.errIs)

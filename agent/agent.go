@@ -19,6 +19,10 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
+	"github.com/upgrade-repo/upgrade-repo/peer/serve"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
@@ -63,7 +67,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("preload retry %s: want a duration of zero or more", c.PreloadRetry)
 	}
 	if c.ISOFile == "" && c.ISOURL != "" {
-		if err := peer.CheckURL(c.ISOURL); err != nil {
+		if err := fetch.CheckURL(c.ISOURL); err != nil {
 			return fmt.Errorf("ISO URL: %w", err)
 		}
 	}
@@ -95,7 +99,7 @@ type Deps struct {
 	// (required). Run closes it.
 	Listener net.Listener
 	// Directory is the gossip directory the Gossip member carries (required).
-	Directory *peer.Directory
+	Directory *inventory.Directory
 	// Gossip is this node's member of the ring (required).
 	Gossip Gossip
 	// Seeds are the gossip seeds to join, again and again until one answers; none: alone.
@@ -123,8 +127,8 @@ type Agent struct {
 	images preload.Store
 
 	board       *Board
-	store       *peer.Store
-	fetch       *peer.Fetcher
+	store       *cache.Store
+	fetch       *fetch.Fetcher
 	server      *repo.Server
 	repoMetrics *repo.Metrics
 	http        *http.Server
@@ -149,14 +153,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube}
 	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
-	a.store = peer.NewStore(deps.Directory, peer.WithStoreLogger(a.log), peer.WithOnDamage(a.damaged))
+	a.store = cache.NewStore(deps.Directory, cache.WithLogger(a.log), cache.WithOnDamage(a.damaged))
 	settle := cfg.Settle
 	if len(deps.Seeds) == 0 {
 		settle = 0 // alone by design: nobody to split the work with
 	}
 	var err error
-	a.fetch, err = peer.NewFetcher(a.log, deps.Directory, deps.Gossip, a.store, peer.WithMetrics(deps.PeerMetrics),
-		peer.WithSettle(settle), peer.WithToken(deps.Token))
+	a.fetch, err = fetch.NewFetcher(a.log, deps.Directory, deps.Gossip, a.store, fetch.WithMetrics(deps.PeerMetrics),
+		fetch.WithSettle(settle), fetch.WithToken(deps.Token))
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
@@ -164,7 +168,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
-	peers := peer.NewHandler(a.log, a.store, deps.PeerMetrics, peer.RequireToken(deps.Token))
+	peers := serve.NewHandler(a.log, a.store, deps.PeerMetrics, serve.RequireToken(deps.Token))
 	step := &stepHandler{board: a.board, log: a.log, now: time.Now}
 	a.http = &http.Server{Handler: routes(peers, a.board, step, a.server), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if deps.Kube != nil {
@@ -282,7 +286,7 @@ func (a *Agent) verifier(sha512 string) *chunks.Verifier {
 }
 
 // damaged reports an ISO found damaged on disk while it is served: the damaged chunk is refused
-// and withdrawn from what peers are told (see peer.Store); the node reports the ISO as failed,
+// and withdrawn from what peers are told (see cache.Store); the node reports the ISO as failed,
 // naming the chunk, until a restart verifies the file again and fetches it anew.
 func (a *Agent) damaged(sha512 string, d *chunks.DamageError) {
 	a.board.update(func(s *Status) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
@@ -28,7 +28,7 @@ func deps(t *testing.T, node string) agent.Deps {
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	log := slog.New(slog.DiscardHandler)
-	dir := peer.NewDirectory(node)
+	dir := inventory.NewDirectory(node)
 	g, err := memberlist.New(log, node, ln.Addr().String(), dir, memberlist.WithBind("127.0.0.1", 0))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Shutdown() })

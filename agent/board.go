@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 )
 
@@ -46,7 +46,7 @@ type ISOStatus struct {
 	SHA512 string `json:"sha512,omitempty"`
 	// State is one of ISOPending, ISOFetching, ISOVerifying, ISOVerified, ISOFailed.
 	State string `json:"state"`
-	peer.Progress
+	fetch.Progress
 }
 
 // Board holds the node's status for /v1/status and the RepoNode. It is safe for concurrent use;

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 )
 
 // The board's status becomes the RepoNode the sequencer reads.
@@ -31,7 +31,7 @@ func TestBoardRepoNode(t *testing.T) {
 			name: "fetching, counted by source",
 			setup: func(b *Board) {
 				b.update(func(s *Status) {
-					s.ISO = ISOStatus{SHA512: sha, State: ISOFetching, Progress: peer.Progress{Size: 10, Held: 6, FromPeers: 4, FromOrigin: 2}}
+					s.ISO = ISOStatus{SHA512: sha, State: ISOFetching, Progress: fetch.Progress{Size: 10, Held: 6, FromPeers: 4, FromOrigin: 2}}
 				})
 			},
 			want: v1beta1.RepoNodeStatus{ISO: v1beta1.RepoNodeISO{Checksum: sha, State: v1beta1.ISODownloading,

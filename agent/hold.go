@@ -14,6 +14,8 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
@@ -64,7 +66,7 @@ func (a *Agent) followISOs(ctx context.Context) {
 		hex, err := peer.ParseChecksum(in.ISOChecksum)
 		if err != nil {
 			msg = fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, redact.URL(in.ISOURL), err)
-		} else if err = peer.CheckURL(in.ISOURL); err != nil {
+		} else if err = fetch.CheckURL(in.ISOURL); err != nil {
 			// An origin that is not http(s) would be retried for ever.
 			msg = fmt.Sprintf("plan %s names an unusable ISO origin: %v", in.Plan, err)
 		}
@@ -147,20 +149,20 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Check
 		}
 		sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
 		a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOVerifying })
-		l, err := a.store.AddComplete(w.file, w.sha512, peer.DefaultChunkSize)
+		l, err := a.store.AddComplete(w.file, w.sha512, cache.DefaultChunkSize)
 		if err != nil {
 			return "", sum, err
 		}
 		a.board.update(func(s *Status) {
 			s.ISO.State = ISOVerified
-			s.ISO.Progress = peer.Progress{Size: l.Size(), Held: l.Size(), Verified: true}
+			s.ISO.Progress = fetch.Progress{Size: l.Size(), Held: l.Size(), Verified: true}
 		})
 		return w.file, sum, nil
 	}
 	sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
-	req := peer.Request{SHA512: w.sha512, OriginURL: w.url, Path: filepath.Join(a.cfg.CacheDir, w.sha512+".iso")}
+	req := fetch.Request{SHA512: w.sha512, OriginURL: w.url, Path: filepath.Join(a.cfg.CacheDir, w.sha512+".iso")}
 	a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOFetching })
-	progress := func(p peer.Progress) {
+	progress := func(p fetch.Progress) {
 		a.board.update(func(s *Status) {
 			s.ISO.Progress = p
 			if p.OriginError != "" {
@@ -183,7 +185,7 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Check
 		// Bytes that do not match the checksum, or an origin that refuses, need the operator:
 		// asked again soon, the origin would only send the same again.
 		limit := time.Minute
-		if errors.Is(err, peer.ErrVerification) || errors.Is(err, peer.ErrOriginRefused) {
+		if errors.Is(err, peer.ErrVerification) || errors.Is(err, fetch.ErrOriginRefused) {
 			limit = 10 * time.Minute
 		}
 		a.log.Error("fetch ISO, retrying", "err", err, "in", wait)

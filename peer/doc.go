@@ -1,60 +1,25 @@
-// Package peer decides who holds what and moves content between nodes, verified, never trusted.
+// Package peer is what the nodes of a gossip ring share to move a release ISO between them,
+// verified, never trusted: who is in the ring (Member, Membership), how a peer proves it belongs
+// (Token), what a holder says of its chunks (ChunkList, the body of /v1/iso/{sha512}/chunks), the
+// one parser of an ISO checksum (ParseChecksum), the errors every part returns (ErrNotFound,
+// ErrVerification) and the metrics (Metrics). The work is done in its child packages, one concern
+// each:
 //
-// A Directory records, for every member of the gossip ring, the release ISOs it holds, by sha512:
-// complete, or which chunks are held while downloading.
-// Full inventories travel in the gossip layer's push/pull state, changes in small batched deltas;
-// the wire format is this package's, the gossip technology is an adapter's (peer/memberlist).
+//   - peer/inventory: who holds what. The gossip Directory of every member's ISOs, complete or
+//     chunk by chunk, and its compact wire format (full states for push/pull, batched deltas).
+//   - peer/cache: the ISOs on this node's disk. The Store of complete and partial ISOs, named by
+//     their sha512, with the records beside them that let a download resume and a verified copy be
+//     reused without hashing it; it publishes what it holds in the Directory.
+//   - peer/fetch: the one download of an ISO, from peers and the origin URL, chunk by chunk,
+//     resumable, each chunk vouched for by the other holders and the whole checked against its
+//     sha512; the origin client (ranges, retries, refusals) is part of it.
+//   - peer/serve: the chunk server. The HTTP Handler that sends a Store's chunks to peers, each
+//     checked against its verified digest before it is sent.
+//   - peer/memberlist: the gossip ring itself, the only importer of hashicorp/memberlist.
 //
-// Content moves over plain HTTP (Handler serves, Fetcher fetches). The node that needs an ISO
-// splits it into fixed-size chunks and fills the missing ones from peers in parallel, falls back to
-// the origin URL for chunks no peer has, and verifies the sha512 of the whole ISO before it is
-// used.
+// The sha512 of the whole ISO, given by the operator, is the only anchor of trust; peers are
+// never believed (see package peer/fetch).
 //
-// # Trust
-//
-// The sha512 of the whole ISO, given by the operator, is the only anchor of trust; peers are never
-// believed. Every holder computes the sha256 of each chunk as it stores it and publishes the list
-// at /v1/iso/{sha512}/chunks. When a chunk arrives from peer P, its sha256 is compared with the
-// digests that the other holders (never P itself) advertise for that chunk, and the digest most of
-// them agree on wins; bytes that disagree are thrown away, P is avoided for a while and the chunk
-// is fetched from another source. The holders asked include the live members whose inventory the
-// directory has not received yet, so a node that joined through one holder still has its chunks
-// vouched for. A chunk that no other holder can vouch for is accepted but remembered as weakly
-// verified, with its source. When the final sha512 fails, every weakly verified chunk is checked
-// again against the holders known by then (the bad ones are dropped and fetched again from
-// peers); only when that finds nothing are they fetched again from the origin and compared: the
-// sources of the chunks that differ are avoided, the origin's bytes are kept, and the whole file is
-// hashed again. A holder that lies consistently in its digests and its bytes can therefore cost a
-// re-fetch, never a corrupt ISO.
-//
-// A holder checks the chunks of its complete ISO against the digests it verified before it sends
-// them (package chunks): a copy changed on disk is refused and withdrawn, never sent. Peers prove
-// membership of the ring with a token derived from the gossip key (Token).
-//
-// # Sharing the origin
-//
-// Nodes that download the same ISO at the same time split the chunks among themselves by
-// rendezvous hashing over the members that advertise the ISO: a node fetches from the origin only
-// the chunks it owns, or chunks whose owner has left or stalled, and takes every other chunk from
-// whichever peer holds it as soon as the directory says so. An owner is stalled only when the
-// directory shows no progress of it for a while and the owner itself, asked for its chunk list,
-// does not answer or lists no new chunk: the directory lags behind while many download at once.
-// With N nodes starting together the origin sends about one copy of the ISO instead of N.
-//
-// # One download path
-//
-// The Fetcher is how this project downloads an ISO, with peers or without: the agent runs it in a
-// gossip ring, "serve --iso-url" on a node of its own (a Directory and a StaticMembers of one).
-// Its cache format: the ISO named by its sha512 (<sha512>.iso); while downloading, a .partial file
-// of the ISO's size with the sha256 of every chunk held beside it (.partial.json), so a restart
-// resumes; once verified, a record beside the ISO (<sha512>.iso.json) with the digests of all its
-// chunks and the chunks.Stamp of the file, so an unchanged copy is reused at the next start
-// without hashing it, and a changed one keeps its intact chunks and fetches only the others. The
-// origin is asked for its first byte to learn the size and whether it serves ranges (one that
-// does not is read whole, in order); failures are retried with backoff and given up as
-// WithRetry says; a refusal (ErrOriginRefused) ends the fetch unless peers hold what is missing.
-//
-// Imports: chunks, redact, Prometheus and the standard library's HTTP; never iso, repo, preload, acquire,
-// the sequencer, api or policy (boundary test), and never hashicorp/memberlist, which only
-// peer/memberlist talks to.
+// Imports: Prometheus and the standard library only; nothing else of this module, not even its
+// child packages, which all import it (boundary test).
 package peer

@@ -65,31 +65,37 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) fetched(source string, n int64) {
+// Fetched counts n content bytes received from source ("peer" or "origin"), verified and kept.
+func (m *Metrics) Fetched(source string, n int64) {
 	if m != nil && n > 0 {
 		m.FetchedBytes.WithLabelValues(source).Add(float64(n))
 	}
 }
 
-func (m *Metrics) served(kind string, n int64) {
+// Served counts n content bytes of kind ("iso") sent to a peer.
+func (m *Metrics) Served(kind string, n int64) {
 	if m != nil && n > 0 {
 		m.ServedBytes.WithLabelValues(kind).Add(float64(n))
 	}
 }
 
-func (m *Metrics) failed(kind string) {
+// Failed counts received content of kind ("chunk" or "iso") that failed verification.
+func (m *Metrics) Failed(kind string) {
 	if m != nil {
 		m.VerificationFailures.WithLabelValues(kind).Inc()
 	}
 }
 
-func (m *Metrics) retried() {
+// Retried counts a failed request to the origin that is retried.
+func (m *Metrics) Retried() {
 	if m != nil {
 		m.OriginRetries.Inc()
 	}
 }
 
-func (m *Metrics) verified(result string) {
+// Verified counts a check of a whole ISO against its sha512, by result ("ok", "mismatch" or
+// "reused").
+func (m *Metrics) Verified(result string) {
 	if m != nil {
 		m.Verifications.WithLabelValues(result).Inc()
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
@@ -171,7 +172,7 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 		}
 		advertise = net.JoinHostPort(host, port)
 	}
-	deps.Directory = peer.NewDirectory(c.Node)
+	deps.Directory = inventory.NewDirectory(c.Node)
 	gopts := []memberlist.Option{memberlist.WithBind(gHost, gPort), memberlist.WithMetrics(deps.PeerMetrics)}
 	if c.gossipAdvertise != "" {
 		gopts = append(gopts, memberlist.WithAdvertise(c.gossipAdvertise))

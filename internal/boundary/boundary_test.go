@@ -84,8 +84,33 @@ var rules = []rule{
 	},
 	{
 		name:      "peer decides who has what, not how the ISO is read or imported",
-		applies:   exactly("peer"),
+		applies:   under("peer"),
 		forbidden: ours("iso", "repo", "preload", "acquire", "sequencer", "api", "policy"),
+	},
+	{
+		name:      "peer's own package is the ring's shared vocabulary: nothing else of this module",
+		applies:   exactly("peer"),
+		forbidden: func(p string) bool { return strings.HasPrefix(p, module+"/") },
+	},
+	{
+		name:      "peer/inventory knows what members say they hold, not where the bytes are or how they move",
+		applies:   under("peer/inventory"),
+		forbidden: ours("peer/cache", "peer/fetch", "peer/serve", "peer/memberlist", "redact"),
+	},
+	{
+		name:      "peer/cache stores and publishes: it neither downloads nor serves",
+		applies:   under("peer/cache"),
+		forbidden: ours("peer/fetch", "peer/serve", "peer/memberlist"),
+	},
+	{
+		name:      "peer/fetch downloads over HTTP: it does not serve and is handed its membership",
+		applies:   under("peer/fetch"),
+		forbidden: ours("peer/serve", "peer/memberlist"),
+	},
+	{
+		name:      "peer/serve sends what the cache holds: it neither fetches nor reads the directory",
+		applies:   under("peer/serve"),
+		forbidden: ours("peer/fetch", "peer/inventory", "peer/memberlist"),
 	},
 	{
 		name:      "chunks checks files: the standard library only",
@@ -156,6 +181,7 @@ func TestBoundaries(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, dirs, "preload/containerd/containerd.go", "the walk found the module's files")
 	require.Contains(t, dirs, "peer/memberlist/memberlist.go", "the walk found the module's files")
+	require.Contains(t, dirs, "peer/fetch/fetcher.go", "the walk found the module's files")
 
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
@@ -185,7 +211,12 @@ func TestRulesBite(t *testing.T) {
 		"only peer/memberlist talks gossip":                                                             {"cmd/upgrade-repo", "github.com/hashicorp/memberlist"},
 		"iso knows only the ISO format":                                                                 {"iso", module + "/release"},
 		"repo knows fs.FS and HTTP, not where the files come from":                                      {"repo", module + "/iso"},
-		"peer decides who has what, not how the ISO is read or imported":                                {"peer", module + "/preload"},
+		"peer decides who has what, not how the ISO is read or imported":                                {"peer/fetch", module + "/preload"},
+		"peer's own package is the ring's shared vocabulary: nothing else of this module":               {"peer", module + "/peer/inventory"},
+		"peer/inventory knows what members say they hold, not where the bytes are or how they move":     {"peer/inventory", module + "/peer/cache"},
+		"peer/cache stores and publishes: it neither downloads nor serves":                              {"peer/cache", module + "/peer/fetch"},
+		"peer/fetch downloads over HTTP: it does not serve and is handed its membership":                {"peer/fetch", module + "/peer/serve"},
+		"peer/serve sends what the cache holds: it neither fetches nor reads the directory":             {"peer/serve", module + "/peer/inventory"},
 		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
 		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // lockedBuffer is a log destination safe for concurrent writes.
@@ -46,7 +46,7 @@ func TestGarbageOnTheGossipPortIsLoggedBriefly(t *testing.T) {
 				key = bytes.Repeat([]byte{7}, 32)
 			}
 			var logs lockedBuffer
-			dir := peer.NewDirectory("a")
+			dir := inventory.NewDirectory("a")
 			n, err := New(slog.New(slog.NewTextHandler(&logs, nil)), "a", "127.0.0.1:8080", dir,
 				WithBind("127.0.0.1", 0), WithLocalTimers(), WithKey(key))
 			require.NoError(t, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // maxDelta bounds one directory delta so that it fits a gossip UDP packet (~1400 bytes) with the
@@ -35,7 +36,7 @@ const maxDelta = 1200
 // Node is this process's member of the gossip ring.
 type Node struct {
 	log     *slog.Logger
-	dir     *peer.Directory
+	dir     *inventory.Directory
 	metrics *peer.Metrics
 	ml      *memberlist.Memberlist
 	queue   *memberlist.TransmitLimitedQueue
@@ -91,7 +92,7 @@ func WithBatch(d time.Duration) Option { return func(o *options) { o.batch = d }
 
 // New starts a gossip member named name whose HTTP server is at httpAddr (host:port), publishing
 // and learning inventories through dir. The member is alone until Join.
-func New(log *slog.Logger, name, httpAddr string, dir *peer.Directory, opts ...Option) (*Node, error) {
+func New(log *slog.Logger, name, httpAddr string, dir *inventory.Directory, opts ...Option) (*Node, error) {
 	o := options{bindAddr: "0.0.0.0", bindPort: 7946, batch: 100 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
@@ -327,7 +328,7 @@ func (b namedBroadcast) Name() string                          { return b.name }
 // item is ever queued (a local change, or news passed on), so replacing by name drops only older
 // states.
 func newBroadcast(msg []byte) memberlist.Broadcast {
-	if name, ok := peer.DeltaSubject(msg); ok {
+	if name, ok := inventory.DeltaSubject(msg); ok {
 		return namedBroadcast{msg: msg, name: name}
 	}
 	return broadcast(msg)

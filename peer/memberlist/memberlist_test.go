@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // memberlist's Shutdown does not wait for a probe in flight; it ends at its own timeout.
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 
 func start(t *testing.T, name string, key []byte, opts ...Option) *Node {
 	t.Helper()
-	dir := peer.NewDirectory(name)
+	dir := inventory.NewDirectory(name)
 	opts = append([]Option{WithBind("127.0.0.1", 0), WithLocalTimers(), WithKey(key), WithBatch(10 * time.Millisecond)}, opts...)
 	n, err := New(slog.New(slog.DiscardHandler), name, "127.0.0.1:8080", dir, opts...)
 	require.NoError(t, err)
@@ -45,7 +46,7 @@ func TestEncryptedGossip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	sha := string(bytes.Repeat([]byte("ab"), 64))
-	require.NoError(t, a.dir.SetISO(peer.ISO{SHA512: sha, Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
+	require.NoError(t, a.dir.SetISO(inventory.ISO{SHA512: sha, Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
 	deadline := time.After(20 * time.Second)
 	for len(b.dir.ISOHolders(sha)) == 0 {
 		select {
@@ -139,7 +140,7 @@ func TestGossipBytesCounted(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, testutil.ToFloat64(m.GossipSentBytes.WithLabelValues("stream")), "the join's full-state exchange")
 	digest := string(bytes.Repeat([]byte("cd"), 64))
-	require.NoError(t, b.dir.SetISO(peer.ISO{SHA512: digest, Size: 100, ChunkSize: 10, Complete: true}))
+	require.NoError(t, b.dir.SetISO(inventory.ISO{SHA512: digest, Size: 100, ChunkSize: 10, Complete: true}))
 	deadline := time.After(20 * time.Second)
 	for len(a.dir.ISOHolders(digest)) == 0 {
 		select {

@@ -13,10 +13,11 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // The directory at cluster scale, without processes or sockets: N members, each a real
-// peer.Directory behind this package's delegate and memberlist's own broadcast queue, exchange
+// inventory.Directory behind this package's delegate and memberlist's own broadcast queue, exchange
 // directory deltas in simulated gossip rounds shaped as memberlist's LAN defaults (every 200 ms
 // each member sends one packet of queued broadcasts to each of 3 random members, each broadcast
 // sent at most 4*ceil(log10(N+1)) times) and full state in simulated push/pull exchanges (every
@@ -64,7 +65,7 @@ const (
 
 type simMember struct {
 	node *Node
-	iso  peer.ISO
+	iso  inventory.ISO
 	next int // the next chunk to take
 }
 
@@ -75,11 +76,11 @@ func newSim(n int, rng *rand.Rand) ([]*simMember, string) {
 	numNodes := func() int { return n }
 	for i := range members {
 		name := fmt.Sprintf("node-%04d", i)
-		dir := peer.NewDirectory(name)
+		dir := inventory.NewDirectory(name)
 		node := &Node{log: slog.New(slog.DiscardHandler), dir: dir, members: map[string]peer.Member{}}
 		node.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: 4, NumNodes: numNodes}
-		m := &simMember{node: node, iso: peer.ISO{SHA512: sha, Size: simChunks * simChunkSize,
-			ChunkSize: simChunkSize, Chunks: peer.NewBitmap(simChunks)}, next: rng.IntN(simChunks)}
+		m := &simMember{node: node, iso: inventory.ISO{SHA512: sha, Size: simChunks * simChunkSize,
+			ChunkSize: simChunkSize, Chunks: inventory.NewBitmap(simChunks)}, next: rng.IntN(simChunks)}
 		members[i] = m
 	}
 	return members, sha
@@ -138,7 +139,7 @@ func pushPullRound(members []*simMember, rng *rand.Rand) {
 
 // knowsAll reports whether observer's directory has every other member's current bitmap.
 func knowsAll(observer *simMember, members []*simMember, sha string) bool {
-	held := map[string]peer.Bitmap{}
+	held := map[string]inventory.Bitmap{}
 	for _, h := range observer.node.dir.ISOHolders(sha) {
 		held[h.Member] = h.ISO.Chunks
 	}
@@ -165,11 +166,11 @@ func directoryScale(b *testing.B, n int) {
 		}
 		m.node.queue.Prune(0) // lost: push/pull alone spreads the first state
 	}
-	inventory := peer.NewDirectory("node-inventory")
-	if err := inventory.SetISO(members[0].iso); err != nil {
+	one := inventory.NewDirectory("node-inventory")
+	if err := one.SetISO(members[0].iso); err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(len(inventory.LocalState())), "state_B")
+	b.ReportMetric(float64(len(one.LocalState())), "state_B")
 
 	// Push/pull alone, from nothing known: a member learns another's inventory only in an
 	// exchange with that member itself.
@@ -242,9 +243,9 @@ func directoryScale(b *testing.B, n int) {
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	dir := peer.NewDirectory("observer")
+	dir := inventory.NewDirectory("observer")
 	for i := range n {
-		if err := dir.MergeState(renamed(b, inventory, fmt.Sprintf("node-%04d", i))); err != nil {
+		if err := dir.MergeState(renamed(b, one, fmt.Sprintf("node-%04d", i))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -285,9 +286,9 @@ func allKnow(members []*simMember, sha string, rng *rand.Rand) bool {
 }
 
 // renamed returns the full state of src's inventory as published by a member named name.
-func renamed(b *testing.B, src *peer.Directory, name string) []byte {
+func renamed(b *testing.B, src *inventory.Directory, name string) []byte {
 	b.Helper()
-	d := peer.NewDirectory(name)
+	d := inventory.NewDirectory(name)
 	inv := src.Snapshot()[src.Self()]
 	for _, iso := range inv.ISOs {
 		if err := d.SetISO(iso); err != nil {

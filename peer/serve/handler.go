@@ -1,10 +1,7 @@
-package peer
+package serve
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +9,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 )
 
 // Handler serves this node's content to its peers:
@@ -20,38 +20,23 @@ import (
 //	                                   serves only the chunks it holds, 416 otherwise)
 //	GET      /v1/iso/{sha512}/chunks   the sha256 of every held chunk (ChunkList as JSON)
 //
-// Peers prove that they are members of the ring with a bearer token (see Token); the ISO paths
+// Peers prove that they are members of the ring with a bearer token (see peer.Token); the ISO paths
 // ask for it when one is configured (see RequireToken).
 type Handler struct {
 	log     *slog.Logger
-	store   *Store
-	metrics *Metrics
+	store   *cache.Store
+	metrics *peer.Metrics
 	mux     *http.ServeMux
 	token   string
 }
 
-// HandlerOption configures a Handler.
-type HandlerOption func(*Handler)
+// Option configures a Handler.
+type Option func(*Handler)
 
 // RequireToken makes the Handler serve the ISO paths only to requests that carry
 // "Authorization: Bearer <token>" (401 without it, 403 with another). Without a token the ISO
 // paths are open: the ISO is the release, public.
-func RequireToken(token string) HandlerOption { return func(h *Handler) { h.token = token } }
-
-// tokenLabel is what the token is the HMAC of: a fixed label, so that the gossip key itself
-// never travels and a token does not serve for anything else.
-const tokenLabel = "upgrade-repo peer v1"
-
-// Token returns the bearer token of a ring whose members share secret (the gossip key):
-// hex(HMAC-SHA256(secret, "upgrade-repo peer v1")), or "" for an empty secret.
-func Token(secret []byte) string {
-	if len(secret) == 0 {
-		return ""
-	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(tokenLabel))
-	return hex.EncodeToString(m.Sum(nil))
-}
+func RequireToken(token string) Option { return func(h *Handler) { h.token = token } }
 
 // authorized answers 401 or 403 and returns false unless r carries the token. Without a token
 // configured, it lets every request through.
@@ -74,20 +59,8 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 
 var _ http.Handler = (*Handler)(nil)
 
-// ChunkList is the body of /v1/iso/{sha512}/chunks.
-type ChunkList struct {
-	// Size is the ISO's size in bytes.
-	Size int64 `json:"size"`
-	// ChunkSize is the chunk size.
-	ChunkSize int64 `json:"chunkSize"`
-	// Complete is true when the holder verified the whole ISO.
-	Complete bool `json:"complete"`
-	// Digests holds the hex sha256 of each chunk, "" for chunks not held.
-	Digests []string `json:"digests"`
-}
-
 // NewHandler returns the handler over store. metrics may be nil.
-func NewHandler(log *slog.Logger, store *Store, metrics *Metrics, opts ...HandlerOption) *Handler {
+func NewHandler(log *slog.Logger, store *cache.Store, metrics *peer.Metrics, opts ...Option) *Handler {
 	h := &Handler{log: log, store: store, metrics: metrics, mux: http.NewServeMux()}
 	for _, o := range opts {
 		o(h)
@@ -110,7 +83,7 @@ func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ChunkList{Size: l.Size(), ChunkSize: l.ChunkSize(), Complete: l.Complete(), Digests: l.ChunkDigests()})
+	_ = json.NewEncoder(w).Encode(peer.ChunkList{Size: l.Size(), ChunkSize: l.ChunkSize(), Complete: l.Complete(), Digests: l.ChunkDigests()})
 }
 
 func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +131,7 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 	}
 	// A section of the *os.File lets net/http use sendfile.
 	sent, err := io.Copy(w, io.NewSectionReader(l.File(), off, n))
-	h.metrics.served("iso", sent)
+	h.metrics.Served("iso", sent)
 	if err != nil {
 		h.log.Debug("ISO transfer to peer ended early", "remote", r.RemoteAddr, "sent", sent, "err", err)
 	}

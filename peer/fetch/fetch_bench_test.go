@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"crypto/rand"
@@ -15,6 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // BenchmarkOriginFetch downloads an ISO of 256 MiB from an origin on loopback, which serves a
@@ -43,15 +46,15 @@ func BenchmarkOriginFetch(b *testing.B) {
 	b.Run("fetcher", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
-			cache := b.TempDir()
-			d := peer.NewDirectory("lone")
+			cacheDir := b.TempDir()
+			d := inventory.NewDirectory("lone")
 			m, err := peer.NewMetrics(prometheus.NewRegistry())
 			require.NoError(b, err)
-			store := peer.NewStore(d)
-			fetcher, err := peer.NewFetcher(testLog(), d, &peer.StaticMembers{Local: "lone", List: []peer.Member{{Name: "lone"}}},
-				store, peer.WithHTTPClient(client), peer.WithMetrics(m), peer.WithSettle(0))
+			store := cache.NewStore(d)
+			fetcher, err := fetch.NewFetcher(testLog(), d, &peer.StaticMembers{Local: "lone", List: []peer.Member{{Name: "lone"}}},
+				store, fetch.WithHTTPClient(client), fetch.WithMetrics(m), fetch.WithSettle(0))
 			require.NoError(b, err)
-			l, err := fetcher.Fetch(b.Context(), peer.Request{SHA512: sha, OriginURL: url, Path: filepath.Join(cache, "release.iso")}, nil)
+			l, err := fetcher.Fetch(b.Context(), fetch.Request{SHA512: sha, OriginURL: url, Path: filepath.Join(cacheDir, "release.iso")}, nil)
 			require.NoError(b, err)
 			require.True(b, l.Complete())
 			require.NoError(b, l.Close())

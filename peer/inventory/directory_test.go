@@ -1,4 +1,4 @@
-package peer
+package inventory
 
 import (
 	"crypto/sha512"

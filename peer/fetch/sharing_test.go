@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"crypto/sha512"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // digest returns a sha512 in hex, the name of an ISO made up from s.
@@ -40,14 +40,14 @@ func TestMembersConverge(t *testing.T) {
 	}
 	for i, n := range nodes {
 		for j := range isosEach {
-			require.NoError(t, n.dir.SetISO(peer.ISO{SHA512: digest(fmt.Sprint(i, "/", j)), Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
+			require.NoError(t, n.dir.SetISO(inventory.ISO{SHA512: digest(fmt.Sprint(i, "/", j)), Size: 1 << 20, ChunkSize: 1 << 20, Complete: true}))
 		}
-		bm := peer.NewBitmap(40)
+		bm := inventory.NewBitmap(40)
 		bm.Set(i)
-		require.NoError(t, n.dir.SetISO(peer.ISO{SHA512: sha, Size: 40 << 20, ChunkSize: 1 << 20, Chunks: bm}))
+		require.NoError(t, n.dir.SetISO(inventory.ISO{SHA512: sha, Size: 40 << 20, ChunkSize: 1 << 20, Chunks: bm}))
 	}
 	// What every node must agree on: each node's inventory as published by that node.
-	want := map[string]peer.Inventory{}
+	want := map[string]inventory.Inventory{}
 	for _, n := range nodes {
 		want[n.name] = n.dir.Snapshot()[n.name]
 		require.Len(t, want[n.name].ISOs, isosEach+1)

@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // An origin whose response stops without closing the connection is asked again once the idle
@@ -43,7 +46,7 @@ func TestStalledOriginChunkIsAskedAgain(t *testing.T) {
 	}))
 	t.Cleanup(flaky.Close)
 	t.Cleanup(func() { close(stalled) }) // runs before the server's Close: the handler must end
-	n := startNode(t, "alone", nil, nodeConfig{opts: []peer.FetchOption{peer.WithSettle(0), peer.WithIdleTimeout(500 * time.Millisecond)}})
+	n := startNode(t, "alone", nil, nodeConfig{opts: []fetch.Option{fetch.WithSettle(0), fetch.WithIdleTimeout(500 * time.Millisecond)}})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	_, _, err := n.fetch(ctx, sha, flaky.URL+"/release.iso")
@@ -107,15 +110,15 @@ func TestOwnerJudgedByItsAnswers(t *testing.T) {
 			t.Cleanup(slow.Close)
 			t.Cleanup(func() { close(release) })
 
-			own := startNode(t, "owner", nil, nodeConfig{opts: []peer.FetchOption{peer.WithSettle(0)}})
+			own := startNode(t, "owner", nil, nodeConfig{opts: []fetch.Option{fetch.WithSettle(0)}})
 			ctx, cancel := context.WithCancel(t.Context())
 			ownerDone := make(chan struct{})
 			held := make(chan struct{})
 			var once sync.Once
 			go func() {
 				defer close(ownerDone)
-				_, _ = own.fetcher.Fetch(ctx, peer.Request{SHA512: sha, OriginURL: slow.URL + "/release.iso",
-					Path: filepath.Join(own.cache, "release.iso")}, func(p peer.Progress) {
+				_, _ = own.fetcher.Fetch(ctx, fetch.Request{SHA512: sha, OriginURL: slow.URL + "/release.iso",
+					Path: filepath.Join(own.cache, "release.iso")}, func(p fetch.Progress) {
 					if p.Held >= 2*testChunk {
 						once.Do(func() { close(held) })
 					}
@@ -130,7 +133,7 @@ func TestOwnerJudgedByItsAnswers(t *testing.T) {
 
 			// The fetcher's directory sees the owner once, holding two chunks or so, and never
 			// again: its view stays stale for the whole download.
-			dir := peer.NewDirectory("fetcher")
+			dir := inventory.NewDirectory("fetcher")
 			require.NoError(t, dir.MergeState(own.dir.LocalState()))
 			require.Len(t, dir.ISOHolders(sha), 1)
 			members := &peer.StaticMembers{Local: "fetcher", List: []peer.Member{{Name: "fetcher"},
@@ -140,8 +143,8 @@ func TestOwnerJudgedByItsAnswers(t *testing.T) {
 			}
 			client := &http.Client{Transport: &http.Transport{}}
 			t.Cleanup(client.CloseIdleConnections)
-			f, err := peer.NewFetcher(testLog(), dir, members, peer.NewStore(dir), peer.WithHTTPClient(client),
-				peer.WithChunkSize(testChunk), peer.WithSettle(0), peer.WithStallAfter(stallAfter), peer.WithToken(testToken))
+			f, err := fetch.NewFetcher(testLog(), dir, members, cache.NewStore(dir), fetch.WithHTTPClient(client),
+				fetch.WithChunkSize(testChunk), fetch.WithSettle(0), fetch.WithStallAfter(stallAfter), fetch.WithToken(testToken))
 			require.NoError(t, err)
 			mine := newOrigin(t, data)
 			// The chunks the fetcher asks its origin for.
@@ -159,16 +162,16 @@ func TestOwnerJudgedByItsAnswers(t *testing.T) {
 			t.Cleanup(mineSrv.Close)
 			fctx, fcancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer fcancel()
-			var p peer.Progress
-			_, err = f.Fetch(fctx, peer.Request{SHA512: sha, OriginURL: mineSrv.URL + "/release.iso", Path: filepath.Join(t.TempDir(), "release.iso")},
-				func(q peer.Progress) { p = q })
+			var p fetch.Progress
+			_, err = f.Fetch(fctx, fetch.Request{SHA512: sha, OriginURL: mineSrv.URL + "/release.iso", Path: filepath.Join(t.TempDir(), "release.iso")},
+				func(q fetch.Progress) { p = q })
 			require.NoError(t, err)
 			require.True(t, p.Verified)
 
 			var owned int64
 			var ownersAsked []int // chunks of the owner's share asked from the origin
 			for c := range chunks {
-				if peer.Owner(c, []string{"fetcher", "owner"}) == "fetcher" {
+				if fetch.Owner(c, []string{"fetcher", "owner"}) == "fetcher" {
 					owned += testChunk
 				} else if asked[c] {
 					ownersAsked = append(ownersAsked, c)

@@ -1,10 +1,13 @@
-package peer
+package inventory
 
 import (
 	"fmt"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
 // ISO is what one member holds of one release ISO.
@@ -22,7 +25,7 @@ type ISO struct {
 }
 
 // NumChunks returns how many chunks the ISO has.
-func (i ISO) NumChunks() int { return numChunks(i.Size, i.ChunkSize) }
+func (i ISO) NumChunks() int { return chunks.Count(i.Size, i.ChunkSize) }
 
 // Has reports whether the holder has chunk c.
 func (i ISO) Has(c int) bool {
@@ -30,13 +33,6 @@ func (i ISO) Has(c int) bool {
 		return false
 	}
 	return i.Complete || i.Chunks.Has(c)
-}
-
-func numChunks(size, chunk int64) int {
-	if size <= 0 || chunk <= 0 {
-		return 0
-	}
-	return int((size + chunk - 1) / chunk)
 }
 
 // Holding is one member's holding of an ISO.
@@ -152,8 +148,8 @@ func equalISO(a, b ISO) bool {
 // SetISO publishes what the local node holds of an ISO. It returns an error, and publishes
 // nothing, when the ISO is not well formed.
 func (d *Directory) SetISO(iso ISO) error {
-	if !sha512Re.MatchString(iso.SHA512) || iso.Size <= 0 || iso.ChunkSize <= 0 ||
-		numChunks(iso.Size, iso.ChunkSize) > maxChunks ||
+	if !isDigest(iso.SHA512) || iso.Size <= 0 || iso.ChunkSize <= 0 ||
+		chunks.Count(iso.Size, iso.ChunkSize) > MaxChunks ||
 		!iso.Complete && len(iso.Chunks) != bitmapLen(iso.NumChunks()) {
 		return fmt.Errorf("publish ISO %.16s: size %d, chunk size %d, %d bitmap bytes: not well formed",
 			iso.SHA512, iso.Size, iso.ChunkSize, len(iso.Chunks))
@@ -165,6 +161,13 @@ func (d *Directory) SetISO(iso ISO) error {
 	}
 	d.setLocal(entry{present: true, iso: iso})
 	return nil
+}
+
+// isDigest reports whether s is a sha512 in the form the directory keeps: 128 lower-case hex
+// digits, nothing else.
+func isDigest(s string) bool {
+	hex, err := peer.ParseChecksum(s)
+	return err == nil && hex == s
 }
 
 // RemoveISO withdraws an ISO from the local inventory.

@@ -1,10 +1,12 @@
-package peer
+package inventory
 
 import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 )
 
 // The wire format of directory messages, compact so that many changes fit one UDP packet:
@@ -25,9 +27,11 @@ const (
 	tagPresent = 0x80
 
 	maxNameLen = 256
-	// maxChunks bounds the chunk bitmap a message may carry (a 1 TiB ISO in 4 MiB chunks).
-	maxChunks = 1 << 18
 )
+
+// MaxChunks bounds the chunks of an ISO that can be shared: the chunk bitmap a message may carry
+// (a 1 TiB ISO in 4 MiB chunks).
+const MaxChunks = 1 << 18
 
 // ErrWire is returned for a malformed directory message.
 var ErrWire = errors.New("malformed directory message")
@@ -209,8 +213,8 @@ func decodeMessage(buf []byte) (message, error) {
 			if r.err == nil && (size == 0 || size > 1<<50 || chunk == 0 || chunk > 1<<40) {
 				r.fail(fmt.Sprintf("ISO size %d, chunk size %d", size, chunk))
 			}
-			if r.err == nil && numChunks(int64(size), int64(chunk)) > maxChunks {
-				r.fail(fmt.Sprintf("ISO of %d chunks", numChunks(int64(size), int64(chunk))))
+			if r.err == nil && chunks.Count(int64(size), int64(chunk)) > MaxChunks {
+				r.fail(fmt.Sprintf("ISO of %d chunks", chunks.Count(int64(size), int64(chunk))))
 			}
 			e.iso.Size, e.iso.ChunkSize = int64(size), int64(chunk)
 			switch complete := r.byte("complete flag"); {
@@ -238,50 +242,4 @@ func decodeMessage(buf []byte) (message, error) {
 		return message{}, r.err
 	}
 	return m, nil
-}
-
-// Bitmap marks which chunks are held, one bit a chunk, chunk 0 in the low bit of byte 0.
-type Bitmap []byte
-
-// NewBitmap returns an empty bitmap for n chunks.
-func NewBitmap(n int) Bitmap { return make(Bitmap, bitmapLen(n)) }
-
-func bitmapLen(n int) int { return (n + 7) / 8 }
-
-// Has reports whether chunk c is marked.
-func (b Bitmap) Has(c int) bool {
-	return c >= 0 && c/8 < len(b) && b[c/8]&(1<<(c%8)) != 0
-}
-
-// Set marks chunk c.
-func (b Bitmap) Set(c int) {
-	if c >= 0 && c/8 < len(b) {
-		b[c/8] |= 1 << (c % 8)
-	}
-}
-
-// Clear unmarks chunk c.
-func (b Bitmap) Clear(c int) {
-	if c >= 0 && c/8 < len(b) {
-		b[c/8] &^= 1 << (c % 8)
-	}
-}
-
-// Count returns how many chunks are marked.
-func (b Bitmap) Count() int {
-	n := 0
-	for _, x := range b {
-		for ; x != 0; x &= x - 1 {
-			n++
-		}
-	}
-	return n
-}
-
-// Clone returns a copy of b (nil for nil).
-func (b Bitmap) Clone() Bitmap {
-	if b == nil {
-		return nil
-	}
-	return append(Bitmap(nil), b...)
 }

@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"net/http"

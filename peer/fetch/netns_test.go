@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"context"
@@ -20,8 +20,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
+	"github.com/upgrade-repo/upgrade-repo/peer/serve"
 )
 
 // hostEnv, when set, turns the test binary into one host of TestHostsInNetworkNamespaces: a
@@ -30,10 +33,10 @@ const hostEnv = "UPGRADE_REPO_PEER_NETNS_HOST"
 
 // hostStatus is what a host reports on /status.
 type hostStatus struct {
-	Progress peer.Progress `json:"progress"`
-	Done     bool          `json:"done"`
-	Error    string        `json:"error,omitempty"`
-	Members  int           `json:"members"`
+	Progress fetch.Progress `json:"progress"`
+	Done     bool           `json:"done"`
+	Error    string         `json:"error,omitempty"`
+	Members  int            `json:"members"`
 }
 
 // runHost is the main of a host process; it returns the exit status.
@@ -50,13 +53,13 @@ func runHost() int {
 func host(ctx context.Context) error {
 	name, ip := os.Getenv("NETNS_NAME"), os.Getenv("NETNS_IP")
 	log := testLog()
-	dir := peer.NewDirectory(name)
-	store := peer.NewStore(dir)
+	dir := inventory.NewDirectory(name)
+	store := cache.NewStore(dir)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "8080"))
 	if err != nil {
 		return err
 	}
-	var h http.Handler = peer.NewHandler(log, store, nil)
+	var h http.Handler = serve.NewHandler(log, store, nil)
 	if pace, _ := strconv.Atoi(os.Getenv("NETNS_PACE")); pace > 0 {
 		h = paced(h, pace)
 	}
@@ -84,13 +87,13 @@ func host(ctx context.Context) error {
 			return err
 		}
 	}
-	f, err := peer.NewFetcher(log, dir, g, store, peer.WithChunkSize(testChunk), peer.WithSettle(0),
-		peer.WithHedgeAfter(2*time.Second), peer.WithHTTPClient(&http.Client{}))
+	f, err := fetch.NewFetcher(log, dir, g, store, fetch.WithChunkSize(testChunk), fetch.WithSettle(0),
+		fetch.WithHedgeAfter(2*time.Second), fetch.WithHTTPClient(&http.Client{}))
 	if err != nil {
 		return err
 	}
-	_, err = f.Fetch(ctx, peer.Request{SHA512: os.Getenv("NETNS_SHA"), OriginURL: os.Getenv("NETNS_ORIGIN"),
-		Path: filepath.Join(os.Getenv("NETNS_CACHE"), "release.iso")}, func(p peer.Progress) {
+	_, err = f.Fetch(ctx, fetch.Request{SHA512: os.Getenv("NETNS_SHA"), OriginURL: os.Getenv("NETNS_ORIGIN"),
+		Path: filepath.Join(os.Getenv("NETNS_CACHE"), "release.iso")}, func(p fetch.Progress) {
 		mu.Lock()
 		st.Progress = p
 		mu.Unlock()

@@ -1,27 +1,32 @@
-package peer_test
+package serve_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
+	"github.com/upgrade-repo/upgrade-repo/peer/serve"
 )
 
 // The ISO paths ask for the ring's token when one is set, and are open without one.
 func TestHandlerServesPeersOnly(t *testing.T) {
 	t.Parallel()
-	_, sha := isoData(t, 10)
+	sha := strings.Repeat("ab", 64)
 	token := peer.Token([]byte("key"))
 	require.Len(t, token, 64)
 	require.NotEqual(t, token, peer.Token([]byte("another key")))
 	require.Empty(t, peer.Token(nil))
 
-	keyed := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("k")), nil, peer.RequireToken(token)))
+	keyed := httptest.NewServer(serve.NewHandler(slog.New(slog.DiscardHandler), cache.NewStore(inventory.NewDirectory("k")), nil, serve.RequireToken(token)))
 	t.Cleanup(keyed.Close)
-	open := httptest.NewServer(peer.NewHandler(testLog(), peer.NewStore(peer.NewDirectory("o")), nil))
+	open := httptest.NewServer(serve.NewHandler(slog.New(slog.DiscardHandler), cache.NewStore(inventory.NewDirectory("o")), nil))
 	t.Cleanup(open.Close)
 	tests := []struct {
 		name string

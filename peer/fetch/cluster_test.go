@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"bytes"
@@ -22,7 +22,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
+	"github.com/upgrade-repo/upgrade-repo/peer/serve"
 )
 
 func TestMain(m *testing.M) {
@@ -90,11 +94,11 @@ func isoData(t *testing.T, size int) ([]byte, string) {
 // 127.0.0.1 and a fetcher.
 type node struct {
 	name    string
-	dir     *peer.Directory
-	store   *peer.Store
+	dir     *inventory.Directory
+	store   *cache.Store
 	srv     *httptest.Server
 	gossip  *memberlist.Node
-	fetcher *peer.Fetcher
+	fetcher *fetch.Fetcher
 	metrics *peer.Metrics
 	reg     *prometheus.Registry
 	cache   string
@@ -105,7 +109,7 @@ type node struct {
 
 type nodeConfig struct {
 	wrap func(http.Handler) http.Handler
-	opts []peer.FetchOption
+	opts []fetch.Option
 }
 
 const testChunk = 256 << 10
@@ -115,12 +119,12 @@ var testToken = peer.Token([]byte("the test ring's gossip key"))
 
 func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node {
 	t.Helper()
-	n := &node{name: name, dir: peer.NewDirectory(name), cache: t.TempDir(), reg: prometheus.NewRegistry()}
+	n := &node{name: name, dir: inventory.NewDirectory(name), cache: t.TempDir(), reg: prometheus.NewRegistry()}
 	var err error
 	n.metrics, err = peer.NewMetrics(n.reg)
 	require.NoError(t, err)
-	n.store = peer.NewStore(n.dir)
-	var h http.Handler = peer.NewHandler(testLog(), n.store, n.metrics, peer.RequireToken(testToken))
+	n.store = cache.NewStore(n.dir)
+	var h http.Handler = serve.NewHandler(testLog(), n.store, n.metrics, serve.RequireToken(testToken))
 	if cfg.wrap != nil {
 		h = cfg.wrap(h)
 	}
@@ -136,10 +140,10 @@ func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node 
 		_ = n.gossip.Run(ctx)
 	}()
 	n.client = &http.Client{Transport: &http.Transport{}}
-	opts := append([]peer.FetchOption{peer.WithHTTPClient(n.client), peer.WithMetrics(n.metrics),
-		peer.WithChunkSize(testChunk), peer.WithSettle(2 * time.Second), peer.WithHedgeAfter(2 * time.Second),
-		peer.WithToken(testToken)}, cfg.opts...)
-	n.fetcher, err = peer.NewFetcher(testLog(), n.dir, n.gossip, n.store, opts...)
+	opts := append([]fetch.Option{fetch.WithHTTPClient(n.client), fetch.WithMetrics(n.metrics),
+		fetch.WithChunkSize(testChunk), fetch.WithSettle(2 * time.Second), fetch.WithHedgeAfter(2 * time.Second),
+		fetch.WithToken(testToken)}, cfg.opts...)
+	n.fetcher, err = fetch.NewFetcher(testLog(), n.dir, n.gossip, n.store, opts...)
 	require.NoError(t, err)
 	n.stop = func() {
 		n.stopped.Do(func() {
@@ -158,10 +162,10 @@ func startNode(t *testing.T, name string, seeds []string, cfg nodeConfig) *node 
 	return n
 }
 
-func (n *node) fetch(ctx context.Context, sha, url string) (*peer.LocalISO, peer.Progress, error) {
-	var last peer.Progress
-	l, err := n.fetcher.Fetch(ctx, peer.Request{SHA512: sha, OriginURL: url, Path: filepath.Join(n.cache, "release.iso")},
-		func(p peer.Progress) { last = p })
+func (n *node) fetch(ctx context.Context, sha, url string) (*cache.LocalISO, fetch.Progress, error) {
+	var last fetch.Progress
+	l, err := n.fetcher.Fetch(ctx, fetch.Request{SHA512: sha, OriginURL: url, Path: filepath.Join(n.cache, "release.iso")},
+		func(p fetch.Progress) { last = p })
 	return l, last, err
 }
 
@@ -173,13 +177,13 @@ func (n *node) requireISO(t *testing.T, want []byte) {
 }
 
 // waitFor waits, up to 45 seconds, until cond holds, re-checking at each directory change.
-func waitFor(t *testing.T, dir *peer.Directory, what string, cond func() bool) {
+func waitFor(t *testing.T, dir *inventory.Directory, what string, cond func() bool) {
 	t.Helper()
 	waitWithin(t, 45*time.Second, dir, what, cond)
 }
 
 // waitWithin waits, up to limit, until cond holds, re-checking at each directory change.
-func waitWithin(t *testing.T, limit time.Duration, dir *peer.Directory, what string, cond func() bool) {
+func waitWithin(t *testing.T, limit time.Duration, dir *inventory.Directory, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(limit)
 	for !cond() {

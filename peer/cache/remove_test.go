@@ -1,4 +1,4 @@
-package peer_test
+package cache_test
 
 import (
 	"crypto/sha512"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 func TestStoreRemove(t *testing.T) {
@@ -32,8 +34,8 @@ func TestStoreRemove(t *testing.T) {
 			sha := hex.EncodeToString(sum[:])
 			path := filepath.Join(t.TempDir(), sha+".iso")
 			require.NoError(t, os.WriteFile(path, data, 0o644))
-			dir := peer.NewDirectory("self")
-			store := peer.NewStore(dir)
+			dir := inventory.NewDirectory("self")
+			store := cache.NewStore(dir)
 			_, err := store.AddComplete(path, sha, 1<<20)
 			require.NoError(t, err)
 			require.Len(t, dir.Snapshot()["self"].ISOs, 1)

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -14,6 +14,42 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
+
+// originSource names the origin URL among the sources of a chunk.
+const originSource = ""
+
+// originFailed records a failed request to the origin: it is not asked again before a wait that
+// doubles with each failure in a row, and not at all once it refused for good. Requests that
+// started before the last failure fail for the same reason and do not count again.
+func (r *run) originFailed(j *job, err error) {
+	if errors.Is(err, errNoRanges) {
+		if !r.noRanges {
+			r.noRanges = true
+			r.f.log.Info("the origin does not serve ranges: reading the ISO from it whole, in order", "url", redact.URL(r.req.OriginURL))
+		}
+		return
+	}
+	now := time.Now()
+	if j.started.Before(r.originFailedAt) {
+		return
+	}
+	r.originFailedAt, r.originErr = now, err
+	r.originFails++
+	if errors.Is(err, ErrOriginRefused) {
+		r.originRefused = true
+		r.f.log.Error("the origin refused the download", "err", err)
+		return
+	}
+	r.f.o.metrics.Retried()
+	r.f.log.Warn("fetch from the origin failed, retrying", "attempt", r.originFails, "of", r.f.o.attempts, "in", r.originWait, "err", err)
+	r.originAt = now.Add(r.originWait)
+	r.originWait = min(2*r.originWait, r.f.o.maxWait)
+}
+
+// originAnswered starts the count of failures and the wait over.
+func (r *run) originAnswered() {
+	r.originFails, r.originErr, r.originWait = 0, nil, r.f.o.initial
+}
 
 // ErrOriginRefused marks an answer of the origin that asking again cannot change: the URL is not
 // http(s), the ISO is not there (404), access is denied (401, 403), or its size is not the one
@@ -159,8 +195,8 @@ func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte
 	default:
 		return statusError("status", resp)
 	}
-	if start, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err != nil || start != off || size >= 0 && size != r.iso.size {
-		return fmt.Errorf("unexpected Content-Range %q for bytes from %d of %d: %w", resp.Header.Get("Content-Range"), off, r.iso.size, ErrOriginRefused)
+	if start, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err != nil || start != off || size >= 0 && size != r.iso.Size() {
+		return fmt.Errorf("unexpected Content-Range %q for bytes from %d of %d: %w", resp.Header.Get("Content-Range"), off, r.iso.Size(), ErrOriginRefused)
 	}
 	n, err := io.ReadFull(w.body, dst)
 	*got += n
@@ -188,12 +224,12 @@ func (r *run) stream(ctx context.Context, j *job) result {
 	if resp.StatusCode != http.StatusOK {
 		return result{err: statusError("GET "+redact.URL(url), resp)}
 	}
-	if resp.ContentLength >= 0 && resp.ContentLength != r.iso.size {
-		return result{err: fmt.Errorf("GET %s: %d bytes, the download started with %d: %w", redact.URL(url), resp.ContentLength, r.iso.size, ErrOriginRefused)}
+	if resp.ContentLength >= 0 && resp.ContentLength != r.iso.Size() {
+		return result{err: fmt.Errorf("GET %s: %d bytes, the download started with %d: %w", redact.URL(url), resp.ContentLength, r.iso.Size(), ErrOriginRefused)}
 	}
 	body := w.body
 	for c := range r.n {
-		n := r.iso.chunkLen(c)
+		n := r.iso.ChunkLen(c)
 		if r.iso.Has(c) {
 			if _, err := io.CopyN(io.Discard, body, n); err != nil {
 				return result{err: fmt.Errorf("GET %s at chunk %d: %w", redact.URL(url), c, w.cause(err))}
@@ -214,57 +250,4 @@ func (r *run) stream(ctx context.Context, j *job) result {
 		}
 	}
 	return result{}
-}
-
-// watched is a response whose body is abandoned once it goes the idle timeout without a byte.
-type watched struct {
-	resp  *http.Response
-	body  io.Reader // resp.Body, restarting the idle timer at each read that brings bytes
-	ctx   context.Context
-	idle  idleTimer
-	d     time.Duration
-	stopc context.CancelCauseFunc
-}
-
-// watchedGet sends a GET of url: of the n bytes at off (all from off when n is negative, the
-// whole content when both are zero), with the ring's token when toPeer. An error wraps
-// ErrOriginRefused when the request cannot even be made.
-func (r *run) watchedGet(ctx context.Context, url string, off, n int64, toPeer bool) (*watched, error) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	idle := newIdleTimer(r.f.o.idle, cancel)
-	w := &watched{ctx: hctx, idle: idle, d: r.f.o.idle, stopc: cancel}
-	req, err := http.NewRequestWithContext(hctx, http.MethodGet, url, nil)
-	if err != nil {
-		w.close()
-		return nil, fmt.Errorf("%w: %w", redact.Error(err), ErrOriginRefused)
-	}
-	switch {
-	case n > 0:
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
-	case off > 0:
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
-	}
-	if toPeer {
-		r.f.authorize(req)
-	}
-	resp, err := r.f.o.client.Do(req) //nolint:bodyclose // the caller closes it with w.close
-	if err != nil {
-		err = w.cause(redact.Error(err))
-		w.close()
-		return nil, err
-	}
-	w.resp, w.body = resp, idleBody{resp.Body, idle.t, idle.d}
-	return w, nil
-}
-
-// cause names the idle timeout as the cause of err when it abandoned the response.
-func (w *watched) cause(err error) error { return idleCause(w.ctx, w.d, err) }
-
-// close releases the response and its timer.
-func (w *watched) close() {
-	if w.resp != nil {
-		w.resp.Body.Close()
-	}
-	w.idle.Stop()
-	w.stopc(nil)
 }

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 // Owner returns the participant among names that fetches chunk c from the origin, for tests that
 // count what a node should take from the origin.

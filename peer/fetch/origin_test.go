@@ -1,4 +1,4 @@
-package peer_test
+package fetch_test
 
 import (
 	"bytes"
@@ -24,6 +24,9 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/peer/cache"
+	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
 
 // originSize is the size of the ISOs the origin tests fetch: four whole chunks and a short one.
@@ -138,10 +141,10 @@ type lone struct {
 	metrics *peer.Metrics
 	log     *slog.Logger
 	client  *http.Client
-	opts    []peer.FetchOption
+	opts    []fetch.Option
 }
 
-func newLone(t *testing.T, opts ...peer.FetchOption) *lone {
+func newLone(t *testing.T, opts ...fetch.Option) *lone {
 	t.Helper()
 	m, err := peer.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
@@ -155,17 +158,17 @@ func (l *lone) path() string { return filepath.Join(l.cache, "release.iso") }
 
 // fetch runs one Fetch with a fresh store and fetcher and returns what it returned and every
 // progress it reported.
-func (l *lone) fetch(t *testing.T, ctx context.Context, sha, url string) (*peer.LocalISO, []peer.Progress, error) {
+func (l *lone) fetch(t *testing.T, ctx context.Context, sha, url string) (*cache.LocalISO, []fetch.Progress, error) {
 	t.Helper()
-	dir := peer.NewDirectory("lone")
+	dir := inventory.NewDirectory("lone")
 	members := &peer.StaticMembers{Local: "lone", List: []peer.Member{{Name: "lone"}}}
-	store := peer.NewStore(dir)
-	opts := append([]peer.FetchOption{peer.WithHTTPClient(l.client), peer.WithMetrics(l.metrics),
-		peer.WithRetry(5, time.Millisecond, 5*time.Millisecond), peer.WithSettle(0), peer.WithChunkSize(testChunk)}, l.opts...)
-	f, err := peer.NewFetcher(l.log, dir, members, store, opts...)
+	store := cache.NewStore(dir)
+	opts := append([]fetch.Option{fetch.WithHTTPClient(l.client), fetch.WithMetrics(l.metrics),
+		fetch.WithRetry(5, time.Millisecond, 5*time.Millisecond), fetch.WithSettle(0), fetch.WithChunkSize(testChunk)}, l.opts...)
+	f, err := fetch.NewFetcher(l.log, dir, members, store, opts...)
 	require.NoError(t, err)
-	var progress []peer.Progress
-	iso, err := f.Fetch(ctx, peer.Request{SHA512: sha, OriginURL: url, Path: l.path()}, func(p peer.Progress) {
+	var progress []fetch.Progress
+	iso, err := f.Fetch(ctx, fetch.Request{SHA512: sha, OriginURL: url, Path: l.path()}, func(p fetch.Progress) {
 		progress = append(progress, p)
 	})
 	if held, ok := store.ISO(sha); ok {
@@ -226,7 +229,7 @@ func TestOriginLoneFetchesInOrder(t *testing.T) {
 	const n = 16
 	data, sha := isoData(t, n*testChunk)
 	o := newBadOrigin(t, data, nil)
-	l := newLone(t, peer.WithOriginParallel(1))
+	l := newLone(t, fetch.WithOriginParallel(1))
 	_, _, err := l.fetch(t, t.Context(), sha, o.url)
 	require.NoError(t, err)
 	l.requireISO(t, data)
@@ -245,7 +248,7 @@ func TestOriginFetch(t *testing.T) {
 	tests := []struct {
 		name string
 		fail func(o *badOrigin, n int, w http.ResponseWriter, r *http.Request) bool
-		opts []peer.FetchOption
+		opts []fetch.Option
 		// requests is how many requests the origin gets.
 		requests int64
 		// sent is how many content bytes the origin sends (-1: not checked).
@@ -256,7 +259,7 @@ func TestOriginFetch(t *testing.T) {
 		check       func(t *testing.T, asked []string)
 	}{
 		{name: "fresh", requests: 1 + originChunks, sent: originSize},
-		{name: "no idle limit", opts: []peer.FetchOption{peer.WithIdleTimeout(0)}, requests: 1 + originChunks, sent: originSize},
+		{name: "no idle limit", opts: []fetch.Option{fetch.WithIdleTimeout(0)}, requests: 1 + originChunks, sent: originSize},
 		{
 			name: "dead origin comes back",
 			fail: func(_ *badOrigin, n int, w http.ResponseWriter, _ *http.Request) bool {
@@ -277,7 +280,7 @@ func TestOriginFetch(t *testing.T) {
 				}
 				return false
 			},
-			opts:     []peer.FetchOption{peer.WithOriginParallel(1)},
+			opts:     []fetch.Option{fetch.WithOriginParallel(1)},
 			requests: 1 + 3 + originChunks, sent: originSize, retries: 3, originError: "502",
 		},
 		{
@@ -288,7 +291,7 @@ func TestOriginFetch(t *testing.T) {
 				}
 				return n == 2
 			},
-			opts:     []peer.FetchOption{peer.WithOriginParallel(1)},
+			opts:     []fetch.Option{fetch.WithOriginParallel(1)},
 			requests: 1 + originChunks + 1, sent: originSize,
 			check: func(t *testing.T, asked []string) {
 				var from, to int
@@ -336,7 +339,7 @@ func TestOriginFetch(t *testing.T) {
 				_, _ = w.Write(o.data)
 				return true
 			},
-			opts:     []peer.FetchOption{peer.WithOriginParallel(1)},
+			opts:     []fetch.Option{fetch.WithOriginParallel(1)},
 			requests: 3, sent: -1,
 			check: func(t *testing.T, asked []string) {
 				require.Equal(t, "GET ", asked[2], "the whole ISO is read by one request without a range")
@@ -376,7 +379,7 @@ func TestOriginFetch(t *testing.T) {
 			require.Equal(t, float64(originSize), value(t, l.metrics.FetchedBytes.WithLabelValues("origin")))
 			require.Equal(t, 1.0, value(t, l.metrics.Verifications.WithLabelValues("ok")))
 			last := progress[len(progress)-1]
-			require.Equal(t, peer.Progress{Size: originSize, Held: originSize, FromOrigin: originSize, Verified: true}, last)
+			require.Equal(t, fetch.Progress{Size: originSize, Held: originSize, FromOrigin: originSize, Verified: true}, last)
 			if tc.originError != "" {
 				seen := false
 				for _, p := range progress {
@@ -430,7 +433,7 @@ func TestOriginResumesInterruptedRun(t *testing.T) {
 				return false
 			})
 			t.Cleanup(func() { close(done) }) // runs before the server's Close: the handler must end
-			l := newLone(t, peer.WithOriginParallel(1))
+			l := newLone(t, fetch.WithOriginParallel(1))
 			_, _, err := l.fetch(t, ctx, sha, o.url)
 			require.ErrorIs(t, err, context.Canceled)
 			require.Equal(t, 2, heldChunks(t, l.path()+".partial.json"))
@@ -502,10 +505,10 @@ func TestOriginGivesUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			o := newBadOrigin(t, data, tc.fail)
-			l := newLone(t, peer.WithOriginParallel(1))
+			l := newLone(t, fetch.WithOriginParallel(1))
 			_, _, err := l.fetch(t, t.Context(), sha, o.url)
 			require.Error(t, err)
-			require.Equal(t, tc.refused, errors.Is(err, peer.ErrOriginRefused), err.Error())
+			require.Equal(t, tc.refused, errors.Is(err, fetch.ErrOriginRefused), err.Error())
 			for _, s := range tc.errText {
 				require.ErrorContains(t, err, s)
 			}
@@ -537,7 +540,7 @@ func TestOriginDeadGivesUp(t *testing.T) {
 	_, progress, err := l.fetch(t, t.Context(), sha, url)
 	require.ErrorContains(t, err, "failed 5 times in a row")
 	require.ErrorContains(t, err, "connection refused")
-	require.NotErrorIs(t, err, peer.ErrOriginRefused)
+	require.NotErrorIs(t, err, fetch.ErrOriginRefused)
 	require.Equal(t, 4.0, value(t, l.metrics.OriginRetries))
 	require.Len(t, progress, 4)
 	require.Contains(t, progress[0].OriginError, "connection refused")
@@ -555,9 +558,9 @@ func TestOriginRefusalKeepsChunks(t *testing.T) {
 		}
 		return false
 	})
-	l := newLone(t, peer.WithOriginParallel(1))
+	l := newLone(t, fetch.WithOriginParallel(1))
 	_, _, err := l.fetch(t, t.Context(), sha, o.url)
-	require.ErrorIs(t, err, peer.ErrOriginRefused)
+	require.ErrorIs(t, err, fetch.ErrOriginRefused)
 	require.ErrorContains(t, err, "404")
 	require.ErrorContains(t, err, "kept for the next attempt")
 	require.Equal(t, 2, heldChunks(t, l.path()+".partial.json"))
@@ -596,7 +599,7 @@ func TestOriginCancelledDuringBackoff(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newLone(t, peer.WithRetry(100, time.Hour, time.Hour))
+			l := newLone(t, fetch.WithRetry(100, time.Hour, time.Hour))
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
 			start := time.Now()
@@ -773,7 +776,7 @@ func TestOriginStalled(t *testing.T) {
 				return true
 			})
 			t.Cleanup(func() { close(stalled) }) // runs before the server's Close: the handler must end
-			l := newLone(t, peer.WithIdleTimeout(300*time.Millisecond), peer.WithOriginParallel(1))
+			l := newLone(t, fetch.WithIdleTimeout(300*time.Millisecond), fetch.WithOriginParallel(1))
 			start := time.Now()
 			_, _, err := l.fetch(t, t.Context(), sha, o.url)
 			require.NoError(t, err)
@@ -903,15 +906,15 @@ func TestCheckURL(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
-			err := peer.CheckURL(tc.url)
+			err := fetch.CheckURL(tc.url)
 			if tc.ok {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, peer.ErrOriginRefused)
+			require.ErrorIs(t, err, fetch.ErrOriginRefused)
 			l := newLone(t)
 			_, _, err = l.fetch(t, t.Context(), sha, tc.url)
-			require.ErrorIs(t, err, peer.ErrOriginRefused)
+			require.ErrorIs(t, err, fetch.ErrOriginRefused)
 			require.Zero(t, value(t, l.metrics.OriginRetries))
 			require.NoFileExists(t, l.path()+".partial")
 		})
@@ -937,7 +940,7 @@ func TestOriginProgressLogged(t *testing.T) {
 	})
 	t.Cleanup(release) // runs before the server's Close: the handler must end
 	logs := &recordHandler{records: make(chan slog.Record, 1000)}
-	l := newLone(t, peer.WithProgressInterval(time.Millisecond), peer.WithOriginParallel(1))
+	l := newLone(t, fetch.WithProgressInterval(time.Millisecond), fetch.WithOriginParallel(1))
 	l.log = slog.New(logs)
 	done := make(chan error, 1)
 	go func() {

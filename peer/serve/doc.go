@@ -1,0 +1,13 @@
+// Package serve is the chunk server of the ring: an HTTP Handler that sends the ISOs of a
+// peer/cache Store to peers, by range, and lists the sha256 of the chunks it holds
+// (peer.ChunkList) for them to vouch for what they receive from others.
+//
+// A partial download serves the chunks it holds, and 416 for the others; a complete ISO's chunks
+// are checked against the digests it was verified with before they are sent, and a damaged one is
+// refused with 503 (the peer turns to another holder). Peers prove membership of the ring with
+// a bearer token (peer.Token) when one is required (RequireToken).
+//
+// Imports: peer, peer/cache and the standard library's HTTP; never peer/fetch, peer/inventory or
+// peer/memberlist (boundary test): the server sends what the cache holds, it does not decide who
+// holds what or fetch anything.
+package serve
