@@ -45,7 +45,7 @@ func commands() map[string]command {
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
 		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},
-		"upgrade":   {"create and follow an upgrade (upgrade apply, upgrade status)", runUpgrade},
+		"upgrade":   {"apply, follow, pause, resume, retry or abort an upgrade (upgrade apply|status|pause|resume|retry|abort)", runUpgrade},
 		"version":   {"print the version of this binary", runVersion},
 	}
 }

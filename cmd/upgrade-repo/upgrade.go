@@ -28,6 +28,10 @@ func upgradeVerbs() map[string]command {
 	return map[string]command{
 		"apply":  {"judge, create and follow an upgrade from a release ISO's URL and checksum", runUpgradeApply},
 		"status": {"show an UpgradePlan's phase and its nodes; -w follows it until it ends", runUpgradeStatus},
+		"pause":  {"start no new node: every node not yet upgraded into spec.nodeUpgradeOption.pauseNodes", runUpgradePause},
+		"resume": {"take the nodes pause added out of pauseNodes again (--all: every node)", runUpgradeResume},
+		"retry":  {"resume a Failed UpgradePlan from the phase that failed", runUpgradeRetry},
+		"abort":  {"delete an UpgradePlan and say what it leaves (cordoned nodes, interrupted steps)", runUpgradeAbort},
 	}
 }
 
