@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planview"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
+)
+
+// upgradeStatusOptions are the flags and argument of `upgrade status`.
+type upgradeStatusOptions struct {
+	plan, output, kubeconfig, context string
+	watch                             bool
+	// timeout bounds a watch; 0 waits for the plan's end.
+	timeout time.Duration
+}
+
+// runUpgradeStatus prints an UpgradePlan's status; with -w it prints it again at each change
+// until the plan ends, and fails when it failed.
+func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
+	var o upgradeStatusOptions
+	fset := flag.NewFlagSet("upgrade status", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
+	fset.StringVar(&o.output, "output", "text", "output `format`: text or json")
+	kubeFlags(fset, &o.kubeconfig, &o.context)
+	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
+	fset.BoolVar(&o.watch, "watch", false, "same as -w")
+	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
+	fset.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME]")
+		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
+		fset.PrintDefaults()
+	}
+	pos, help, err := parseVerbArgs(fset, args)
+	if help || err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return fmt.Errorf("%w: upgrade status takes at most one plan, got %q", errUsage, pos)
+	}
+	if len(pos) == 1 {
+		o.plan = pos[0]
+	}
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, o.output)
+	}
+	if o.timeout < 0 {
+		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
+	}
+	c, err := upgradeClient(o.kubeconfig, o.context)
+	if err != nil {
+		return err
+	}
+	return followWithTimeout(ctx, c, o.plan, o.timeout, func(ctx context.Context) error {
+		return upgradeStatus(ctx, a, c, o, time.Now)
+	})
+}
+
+// upgradeStatus prints the plan o names (or the one planview.Pick picks) and, with o.watch,
+// follows it to its end.
+func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeStatusOptions, now func() time.Time) error {
+	if o.plan == "" {
+		var list v1beta1.UpgradePlanList
+		if err := c.List(ctx, &list); err != nil {
+			return fmt.Errorf("list upgradeplans: %w", err)
+		}
+		p := planview.Pick(list.Items)
+		if p == nil {
+			return errors.New("no UpgradePlan in the cluster")
+		}
+		o.plan = p.Name
+	}
+	var shown *planview.Plan
+	var shownRV string
+	var nodesWarned bool
+	show := func(plan *v1beta1.UpgradePlan) error {
+		if plan.ResourceVersion == shownRV && shown != nil {
+			return nil
+		}
+		v := planview.New(plan, upgradeNodes(ctx, a, c, &nodesWarned), now())
+		if o.output == "json" {
+			shown, shownRV = v, plan.ResourceVersion
+			return planview.WriteJSON(a.stdout, v)
+		}
+		if shown != nil && planview.SameText(shown, v) {
+			return nil
+		}
+		if shown != nil {
+			fmt.Fprintln(a.stdout)
+		}
+		shown, shownRV = v, plan.ResourceVersion
+		return planview.WriteText(a.stdout, v)
+	}
+	var plan v1beta1.UpgradePlan
+	for {
+		if err := c.Get(ctx, client.ObjectKey{Name: o.plan}, &plan); err != nil {
+			return fmt.Errorf("get upgradeplan %s: %w", o.plan, err)
+		}
+		if err := show(&plan); err != nil {
+			return err
+		}
+		if !o.watch || planview.Finished(plan.Status.Phase) {
+			break
+		}
+		start := time.Now()
+		if err := followPlan(ctx, c, &plan, show); err != nil {
+			return err
+		}
+		// A watch the server ends at once is not opened again at once.
+		if time.Since(start) < time.Second {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	if o.watch && plan.Status.Phase == v1beta1.PhaseFailed {
+		why := "no reason given"
+		if d := meta.FindStatusCondition(plan.Status.Conditions, v1beta1.ConditionDegraded); d != nil {
+			why = d.Reason + ": " + d.Message
+		}
+		return fmt.Errorf("upgradeplan %s failed in %s: %s", plan.Name, plan.Status.FailedPhase, why)
+	}
+	return nil
+}
+
+// followPlan watches plan from its resource version, updating it and calling show at each
+// change, until it is finished or the watch ends (the API server closes watches after a while,
+// and answers 410 Gone when the version is too old): the caller gets the plan again and calls
+// followPlan anew.
+func followPlan(ctx context.Context, c client.WithWatch, plan *v1beta1.UpgradePlan, show func(*v1beta1.UpgradePlan) error) error {
+	w, err := c.Watch(ctx, &v1beta1.UpgradePlanList{}, client.MatchingFields{"metadata.name": plan.Name},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: plan.ResourceVersion}})
+	if err != nil {
+		return fmt.Errorf("watch upgradeplan %s: %w", plan.Name, err)
+	}
+	defer w.Stop()
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev, ok = <-w.ResultChan():
+		}
+		if !ok {
+			return nil
+		}
+		switch ev.Type {
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return nil
+			}
+			return fmt.Errorf("watch upgradeplan %s: %w", plan.Name, err)
+		case watch.Deleted:
+			return fmt.Errorf("upgradeplan %s was deleted", plan.Name)
+		case watch.Added, watch.Modified:
+			p, isPlan := ev.Object.(*v1beta1.UpgradePlan)
+			if !isPlan || p.Name != plan.Name {
+				continue
+			}
+			*plan = *p
+			if err := show(plan); err != nil {
+				return err
+			}
+			if planview.Finished(plan.Status.Phase) {
+				return nil
+			}
+		}
+	}
+}
+
+// upgradeNodes lists the cluster's nodes in the order the sequencer upgrades them, each with its
+// kubelet's version. Without them (no right to list nodes) the rows follow the plan's status by
+// name; that is said once.
+func upgradeNodes(ctx context.Context, a *app, c client.Reader, warned *bool) []planview.Node {
+	var list corev1.NodeList
+	if err := c.List(ctx, &list); err != nil {
+		if !*warned {
+			a.log.Warn("cannot list the nodes: rows by name, nodes the plan has not reached not shown", "err", err)
+			*warned = true
+		}
+		return nil
+	}
+	kubelet := make(map[string]string, len(list.Items))
+	for _, n := range list.Items {
+		kubelet[n.Name] = n.Status.NodeInfo.KubeletVersion
+	}
+	cp, others := sequencer.NodeOrder(list.Items)
+	out := make([]planview.Node, 0, len(list.Items))
+	for _, name := range append(cp, others...) {
+		out = append(out, planview.Node{Name: name, KubeletVersion: kubelet[name]})
+	}
+	return out
+}
