@@ -15,6 +15,9 @@ type Metrics struct {
 	FetchedBytes *prometheus.CounterVec
 	// ServedBytes counts content bytes sent to peers, by kind ("iso").
 	ServedBytes *prometheus.CounterVec
+	// FileBytes counts the ISO bytes sent to peers by how they left the file: "zerocopy" (with
+	// sendfile, never through user space) or "copied" (read, then written).
+	FileBytes *prometheus.CounterVec
 	// VerificationFailures counts received content that failed verification, by kind
 	// ("chunk", or "iso" for a whole-ISO sha512 mismatch).
 	VerificationFailures *prometheus.CounterVec
@@ -44,6 +47,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ServedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_served_bytes_total", Help: "Content bytes sent to peers, by kind.",
 		}, []string{"kind"}),
+		FileBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "upgrade_repo_peer_file_bytes_total", Help: "ISO bytes sent to peers by how they left the file: zerocopy (sendfile) or copied (through user space).",
+		}, []string{"mode"}),
 		VerificationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_verification_failures_total", Help: "Received content that failed verification, by kind.",
 		}, []string{"kind"}),
@@ -57,10 +63,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "upgrade_repo_peer_gossip_sent_bytes_total", Help: "Bytes the gossip layer sent, by transport (packet, stream).",
 		}, []string{"transport"}),
 	}
-	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.VerificationFailures, m.OriginRetries, m.Verifications, m.GossipSentBytes} {
+	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.FileBytes, m.VerificationFailures, m.OriginRetries, m.Verifications, m.GossipSentBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, mode := range []string{FileZeroCopy, FileCopied} {
+		m.FileBytes.WithLabelValues(mode)
 	}
 	return m, nil
 }
@@ -76,6 +85,21 @@ func (m *Metrics) Fetched(source string, n int64) {
 func (m *Metrics) Served(kind string, n int64) {
 	if m != nil && n > 0 {
 		m.ServedBytes.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// The modes of FileBytes.
+const (
+	// FileZeroCopy: sent with sendfile, from the page cache to the socket.
+	FileZeroCopy = "zerocopy"
+	// FileCopied: read into user space, then written to the socket.
+	FileCopied = "copied"
+)
+
+// SentFile counts n ISO bytes sent to a peer in mode (FileZeroCopy or FileCopied).
+func (m *Metrics) SentFile(mode string, n int64) {
+	if m != nil && n > 0 {
+		m.FileBytes.WithLabelValues(mode).Add(float64(n))
 	}
 }
 

@@ -184,6 +184,27 @@ func (l *LocalISO) File() *os.File {
 	return l.f
 }
 
+// Open returns a handle of its own on the file the bytes are in, for reading, with a file
+// position of its own: a server that sends with sendfile moves the position, which concurrent
+// requests must not share. The caller closes it. It returns an error when the file at Path is no
+// longer the one held (moved into place or removed meanwhile): the caller then reads File.
+func (l *LocalISO) Open() (*os.File, error) {
+	l.mu.RLock()
+	path, held := l.path, l.f
+	l.mu.RUnlock()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ISO again: %w", err)
+	}
+	a, aerr := f.Stat()
+	b, berr := held.Stat()
+	if aerr != nil || berr != nil || !os.SameFile(a, b) {
+		f.Close()
+		return nil, fmt.Errorf("open ISO again: %s is no longer the file held", path)
+	}
+	return f, nil
+}
+
 func (l *LocalISO) publish() {
 	l.mu.RLock()
 	iso := inventory.ISO{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize, Complete: l.complete, Chunks: l.held.Clone()}

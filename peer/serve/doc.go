@@ -4,8 +4,10 @@
 //
 // A partial download serves the chunks it holds, and 416 for the others; a complete ISO's chunks
 // are checked against the digests it was verified with before they are sent, and a damaged one is
-// refused with 503 (the peer turns to another holder). Peers prove membership of the ring with
-// a bearer token (peer.Token) when one is required (RequireToken).
+// refused with 503 (the peer turns to another holder). The bytes leave the file with sendfile,
+// from the page cache to the socket, never through user space; peer.Metrics.FileBytes counts them
+// by mode ("zerocopy", or "copied" when the file could not be opened again). Peers prove
+// membership of the ring with a bearer token (peer.Token) when one is required (RequireToken).
 //
 // Imports: peer, peer/cache and the standard library's HTTP; never peer/fetch, peer/inventory or
 // peer/memberlist (boundary test): the server sends what the cache holds, it does not decide who

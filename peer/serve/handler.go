@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
@@ -125,17 +127,67 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Accept-Ranges", "bytes")
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
 		return
 	}
-	// A section of the *os.File lets net/http use sendfile.
-	sent, err := io.Copy(w, io.NewSectionReader(l.File(), off, n))
+	sent, err := h.send(w, status, l, off, n)
 	h.metrics.Served("iso", sent)
 	if err != nil {
 		h.log.Debug("ISO transfer to peer ended early", "remote", r.RemoteAddr, "sent", sent, "err", err)
 	}
 }
+
+// send answers with status and the n bytes of l at off, checked already. It sends them with
+// sendfile: from a handle of its own on the ISO's file (concurrent requests must not share a file
+// position), moved to off with Seek and read through an io.LimitedReader, the form net/http hands
+// to sendfile; the headers go out first, so that net/http does not read the first bytes itself to
+// sniff them. When the file cannot be opened again (moved into place or removed meanwhile), the
+// bytes are read from the ISO's open file and copied.
+func (h *Handler) send(w http.ResponseWriter, status int, l *cache.LocalISO, off, n int64) (int64, error) {
+	f, err := l.Open()
+	if err == nil {
+		defer f.Close()
+		_, err = f.Seek(off, io.SeekStart)
+	}
+	if err != nil {
+		h.log.Debug("sending an ISO range through user space", "sha512", l.SHA512(), "err", err)
+		w.WriteHeader(status)
+		sent, err := io.Copy(w, io.NewSectionReader(l.File(), off, n))
+		h.metrics.SentFile(peer.FileCopied, sent)
+		return sent, err
+	}
+	w.WriteHeader(status)
+	_ = http.NewResponseController(w).Flush()
+	src := &fileReader{f: f}
+	sent, err := io.Copy(w, &io.LimitedReader{R: src, N: n})
+	h.metrics.SentFile(peer.FileZeroCopy, sent-src.copied)
+	h.metrics.SentFile(peer.FileCopied, src.copied)
+	return sent, err
+}
+
+// fileReader reads a file and counts the bytes that went through Read, i.e. through user space.
+// It exposes the file's SyscallConn, which is what lets net/http send the file with sendfile
+// instead of reading it.
+type fileReader struct {
+	f      *os.File
+	copied int64
+}
+
+var (
+	_ io.Reader    = (*fileReader)(nil)
+	_ syscall.Conn = (*fileReader)(nil)
+)
+
+// Read reads from the file, counting the bytes.
+func (r *fileReader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	r.copied += int64(n)
+	return n, err
+}
+
+// SyscallConn returns the raw connection of the file, for sendfile.
+func (r *fileReader) SyscallConn() (syscall.RawConn, error) { return r.f.SyscallConn() }
 
 // parseRange parses a single "bytes=a-b", "bytes=a-" or "bytes=-n" range.
 func parseRange(s string, size int64) (int64, int64, error) {
