@@ -112,11 +112,11 @@ func VersionName(isoURL string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: the ISO URL %q: %w", ErrInvalid, redact.URL(isoURL), redact.Error(err))
 	}
-	base := strings.TrimSuffix(path.Base(u.Path), ".iso")
+	base := strings.TrimSuffix(strings.ToLower(path.Base(u.Path)), ".iso")
 	for _, a := range archSuffixes {
 		base = strings.TrimSuffix(base, a)
 	}
-	v := strings.ToLower(versionInName.FindString(base))
+	v := versionInName.FindString(base)
 	if v == "" || len(validation.IsDNS1123Subdomain(v)) > 0 {
 		return "", fmt.Errorf("%w: no release version in the ISO's file name %q: give the Version's name (--version)", ErrInvalid, path.Base(u.Path))
 	}

@@ -63,14 +63,22 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "upgrade-repo: %v\n", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		if errors.Is(err, errTimeout) {
-			os.Exit(3)
-		}
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
+}
+
+// exitStatus is the process's exit status for the error a subcommand returned: 2 for a usage
+// error, 3 for a timeout, 1 for any other, 0 for none.
+func exitStatus(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, errTimeout):
+		return 3
+	}
+	return 1
 }
 
 // run dispatches to the subcommand named by args[0].
