@@ -151,9 +151,9 @@ func TestKubeadmUpgrade(t *testing.T) {
 		waitDaemonSetReadyIn(t, c, c.namespace, workloadName+"-ds", 5*time.Minute)
 	})
 
-	t.Run("a second plan to the same release changes no node", func(t *testing.T) {
+	t.Run("a second plan to the same release, applied with upgrade-repo upgrade apply, changes no node", func(t *testing.T) {
 		snap := nodeSnapshots(t, c)
-		again := runKubeadmPlan(t, c, kubeadmPlanAgain, target, image)
+		again := applyPlan(t, c, kubeadmPlanAgain, target, image, rel)
 		for _, n := range c.nodes {
 			ns := again.Status.NodeUpgradeStatuses[n.Name]
 			require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "row of %s in the second plan", n.Name)
@@ -228,6 +228,38 @@ func operatorView(t *testing.T, c *cluster, plan, when string) {
 	if when == "final" {
 		t.Logf("upgrade-repo upgrade status %s:\n%s", plan, out)
 	}
+}
+
+// applyPlan drives a plan as an operator does, from outside the cluster: `upgrade-repo upgrade
+// apply` with the release ISO's URL and checksum (the Version of that name and ISO exists and is
+// reused), which judges, creates the plan and follows it to its end. Its exit status must be 0
+// and its line output (not a terminal) must name the plan's phases and Succeeded.
+func applyPlan(t *testing.T, c *cluster, name, version, image string, rel *testRelease) *apiv1beta1.UpgradePlan {
+	t.Helper()
+	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	bin := filepath.Join(c.artifacts, "upgrade-repo")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute+time.Duration(len(c.nodes))*6*time.Minute)
+	defer cancel()
+	args := []string{"upgrade", "apply", "--iso-url", originURL(c), "--iso-checksum", rel.checksum, "--version", version,
+		"--name", name, "--upgrade-image", image, "--yes", "--timeout", "40m",
+		"--namespace", c.namespace, "--kubeconfig", os.Getenv("E2E_KUBECONFIG")}
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	_ = os.WriteFile(filepath.Join(c.artifacts, "apply-"+name+".log"), out, 0o644)
+	t.Logf("upgrade-repo %s\n(%s, err=%v)\n%s", strings.Join(args, " "), time.Since(start).Round(time.Second), err, tail(string(out), 40))
+	stepLogs(t, c, name)
+	require.NoError(t, err, "upgrade-repo upgrade apply exits 0 once the plan Succeeded")
+	require.Contains(t, string(out), string(apiv1beta1.PhaseSucceeded), "apply's output names the end of the plan")
+	var plan apiv1beta1.UpgradePlan
+	eventually(t, time.Minute, "read plan "+name, func(ctx context.Context) error { return c.cl.Get(ctx, client.ObjectKey{Name: name}, &plan) })
+	require.Equal(t, apiv1beta1.PhaseSucceeded, plan.Status.Phase)
+	return &plan
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // stepLogs saves the logs of the plan's Jobs' pods to the artifacts (steps-PLAN.log).
