@@ -37,6 +37,8 @@ import (
 // Env is what the sequencer tells a node Job through its environment. cmd reads it with
 // EnvFrom(os.Getenv); nothing else in the module reads the environment.
 type Env struct {
+	// Step is UPGRADE_STEP: ClusterStep for the plan's one cluster Job, NodeStep for a node's.
+	Step string
 	// Node is UPGRADE_NODE_NAME: the node the Job runs on.
 	Node string
 	// Plan is UPGRADE_PLAN: the UpgradePlan's name.
@@ -54,10 +56,16 @@ type Env struct {
 func EnvFrom(getenv func(string) string) Env {
 	force, _ := strconv.ParseBool(getenv("UPGRADE_FORCE")) // anything but a true value is false
 	return Env{
-		Node: getenv("UPGRADE_NODE_NAME"), Plan: getenv("UPGRADE_PLAN"), RepoURL: getenv("UPGRADE_REPO_URL"),
+		Step: getenv("UPGRADE_STEP"), Node: getenv("UPGRADE_NODE_NAME"), Plan: getenv("UPGRADE_PLAN"), RepoURL: getenv("UPGRADE_REPO_URL"),
 		Force: force, Kubernetes: getenv("UPGRADE_RELEASE_KUBERNETES"),
 	}
 }
+
+// The values of Env.Step.
+const (
+	ClusterStep = "cluster"
+	NodeStep    = "node"
+)
 
 // Stage is a stage a step reports, in the upgrade design's names of a node's states (the values
 // of api/v1beta1.StepStage).

@@ -32,6 +32,12 @@ func runStep(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	env := nodestep.EnvFrom(os.Getenv)
+	if env.Step == nodestep.ClusterStep {
+		// kubeadm upgrades the cluster-wide parts (its configuration, CoreDNS, kube-proxy) in
+		// `kubeadm upgrade apply`, on the first control-plane node's step.
+		a.log.Info("the cluster step of a kubeadm release has nothing to do: kubeadm upgrade apply runs in the first control-plane node's step", "plan", env.Plan)
+		return nil
+	}
 	if env.Node == "" || env.RepoURL == "" {
 		return errors.New("step kubeadm: UPGRADE_NODE_NAME and UPGRADE_REPO_URL must be set (it runs in an UpgradePlan's node Job)")
 	}
