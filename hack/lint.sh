@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# lint.sh [VERSION]: gofmt and go vet (through verify.sh), then golangci-lint at a pinned version
-# with the linters and dependency rules of .golangci.yml. golangci-lint is installed from the Go
-# module proxy into bin/ on first use.
+# lint.sh VERSION: gofmt and go vet (through verify.sh), a check that every path .golangci.yml
+# names matches a Go file of the module, then golangci-lint VERSION with the linters and dependency
+# rules of .golangci.yml. The version is pinned in one place, the Makefile's GOLANGCI_VERSION, which
+# `make lint` passes. golangci-lint is installed from the Go module proxy into bin/ on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=${1:-v2.6.2}
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+  echo "usage: hack/lint.sh VERSION (run make lint: the Makefile pins the version)" >&2
+  exit 2
+fi
+version=$1
 bash hack/verify.sh
+# A rule whose path matches nothing (left behind by a move) guards nothing: fail before linting.
+echo "lint: .golangci.yml names only paths that exist" >&2
+go test -count=1 -run '^(TestLintConfigNamesExistingPaths|TestStalePathsBite)$' ./internal/boundary
 bin=$PWD/bin
 lint=$bin/golangci-lint-$version
 if [ ! -x "$lint" ]; then
