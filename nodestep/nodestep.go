@@ -272,9 +272,9 @@ func (f *Fetcher) getOnce(ctx context.Context, u string, w io.Writer) (retry boo
 		return true, err
 	}
 	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusNotFound:
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
 		return false, fmt.Errorf("the release has no such file (%s)", resp.Status)
 	default:
 		return resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests, fmt.Errorf("agent answered %s", resp.Status)
@@ -314,7 +314,7 @@ type resetWriter struct {
 
 func (w *resetWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
-	w.h.Write(p[:n])
+	_, _ = w.h.Write(p[:n]) // a hash.Hash never fails
 	return n, err
 }
 

@@ -105,14 +105,14 @@ func phaseLine(p *Plan) string {
 	if p.Phase == "" {
 		return "(not started)"
 	}
-	switch {
-	case p.Phase == v1beta1.PhaseFailed:
+	switch p.Phase {
+	case v1beta1.PhaseFailed:
 		s := "Failed"
 		if p.FailedPhase != "" {
 			s += " in " + string(p.FailedPhase)
 		}
 		return s + ended(p, "after")
-	case p.Phase == v1beta1.PhaseSucceeded:
+	case v1beta1.PhaseSucceeded:
 		return "Succeeded" + ended(p, "took")
 	}
 	s := string(p.Phase)

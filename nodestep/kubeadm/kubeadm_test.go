@@ -116,7 +116,7 @@ func release(t *testing.T, files map[string]string, sums string) (*httptest.Serv
 		}
 		name := strings.TrimPrefix(r.URL.Path, "/"+BinDir("linux", "amd64")+"/")
 		if name == nodestep.SumsFile {
-			io.WriteString(w, sums)
+			_, _ = io.WriteString(w, sums)
 			return
 		}
 		body, ok := files[name]
@@ -124,7 +124,7 @@ func release(t *testing.T, files map[string]string, sums string) (*httptest.Serv
 			http.NotFound(w, r)
 			return
 		}
-		io.WriteString(w, body)
+		_, _ = io.WriteString(w, body)
 	}))
 	t.Cleanup(srv.Close)
 	return srv, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), stages...) }
