@@ -477,25 +477,30 @@ func normalizeRef(ref string) string {
 	return ref
 }
 
-// imageConfig asks the node's CRI for the config digest (the image ID) of the image a
-// container runs.
+// imageConfig is the config digest (the image ID) of the image a container runs, from its
+// status's imageID: the CRI reports either that ID itself (sha256:HEX), or a repository digest
+// (NAME@sha256:HEX, the manifest's), whose manifest the node's containerd is asked for.
 func imageConfig(t *testing.T, node, imageID string) string {
 	t.Helper()
+	_, manifest, ok := strings.Cut(imageID, "@")
+	if !ok {
+		return imageID
+	}
 	var id string
-	eventually(t, time.Minute, "crictl inspecti on "+node, func(ctx context.Context) error {
-		out, err := nodeCmd(ctx, node, "crictl", "inspecti", "-o", "json", imageID)
+	eventually(t, time.Minute, "read manifest "+manifest+" on "+node, func(ctx context.Context) error {
+		out, err := nodeCmd(ctx, node, "ctr", "-n", "k8s.io", "content", "get", manifest)
 		if err != nil {
 			return err
 		}
-		var v struct {
-			Status struct {
-				ID string `json:"id"`
-			} `json:"status"`
+		var m struct {
+			Config struct {
+				Digest string `json:"digest"`
+			} `json:"config"`
 		}
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			return fmt.Errorf("crictl inspecti %s: %w", imageID, err)
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			return fmt.Errorf("manifest %s: %w", manifest, err)
 		}
-		id = v.Status.ID
+		id = m.Config.Digest
 		return nil
 	})
 	return id
