@@ -156,7 +156,8 @@ build() {
 # build_kubeadm: the kubeadm upgrade image and the release ISO of the target version's
 # artifacts (hack/kubeadm-release.sh), into $artifacts/kubeadm-release.
 build_kubeadm() {
-  DOCKERFILE=Dockerfile.kubeadm VERSION=$version bash hack/image.sh "$kubeadm_image"
+  local v=${version:-e2e-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+  DOCKERFILE=Dockerfile.kubeadm VERSION=$v bash hack/image.sh "$kubeadm_image"
   UPGRADE_REPO=$artifacts/upgrade-repo K8S_WORK=$kubeadm_work bash hack/kubeadm-release.sh "$artifacts/kubeadm-release"
   log "built $kubeadm_image and the kubeadm release ISO from $kubeadm_work"
 }
