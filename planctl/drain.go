@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,7 +40,7 @@ func DrainPreview(ctx context.Context, c client.Reader, namespace string, keep l
 	byNode := map[string][]string{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Spec.NodeName == "" || !evicted(p) || (p.Namespace == namespace && keep.Matches(labels.Set(p.Labels))) {
+		if p.Spec.NodeName == "" || !sequencer.Drainable(p) || (p.Namespace == namespace && keep.Matches(labels.Set(p.Labels))) {
 			continue
 		}
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p.Namespace+"/"+p.Name)
@@ -54,19 +53,4 @@ func DrainPreview(ctx context.Context, c client.Reader, namespace string, keep l
 		out = append(out, NodeDrain{Node: name, ControlPlane: i < len(cp), Pods: ps})
 	}
 	return out, nil
-}
-
-// evicted reports whether a drain evicts p, whoever it belongs to: not a mirror pod, not a
-// DaemonSet's, not finished. It is the sequencer's rule (its drainable), which is not exported.
-func evicted(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-	if owner := metav1.GetControllerOf(p); owner != nil && owner.Kind == "DaemonSet" {
-		return false
-	}
-	return true
 }

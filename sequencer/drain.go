@@ -47,7 +47,7 @@ func (r *Reconciler) drainWarnings(ctx context.Context) ([]string, error) {
 	var live []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !drainable(p) || r.kept(p) {
+		if !Drainable(p) || r.kept(p) {
 			continue
 		}
 		live = append(live, p)
@@ -96,9 +96,9 @@ func (r *Reconciler) drainWarnings(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// drainable reports whether a drain evicts p, whoever it belongs to: not a mirror pod, not a
+// Drainable reports whether a drain evicts p, whoever it belongs to: not a mirror pod, not a
 // DaemonSet's, not finished.
-func drainable(p *corev1.Pod) bool {
+func Drainable(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -120,7 +120,7 @@ func (r *Reconciler) evictable(ctx context.Context, node string) ([]corev1.Pod, 
 	}
 	var out []corev1.Pod
 	for i := range pods.Items {
-		if p := &pods.Items[i]; drainable(p) && !r.kept(p) {
+		if p := &pods.Items[i]; Drainable(p) && !r.kept(p) {
 			out = append(out, *p)
 		}
 	}
