@@ -167,6 +167,7 @@ func TestKubeadmUpgrade(t *testing.T) {
 func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv1beta1.UpgradePlan {
 	t.Helper()
 	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	_ = os.Remove(filepath.Join(c.artifacts, "status-"+name+".log")) // a log of this run only
 	start := time.Now()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
