@@ -294,6 +294,9 @@ func (s *Step) facts(ctx context.Context) (Facts, error) {
 // apiServerImage finds the tag of the kube-apiserver image in its static pod manifest.
 var apiServerImage = regexp.MustCompile(`image:\s*["']?\S*/kube-apiserver:([^\s"'@]+)`)
 
+// execStartPath finds the program of a unit in `systemctl show --property=ExecStart`.
+var execStartPath = regexp.MustCompile(`path=(/\S+)`)
+
 // binaryDirs are where the node's kubeadm, kubelet and kubectl are looked for, in order.
 var binaryDirs = []string{"usr/bin", "usr/local/bin"}
 
@@ -302,7 +305,7 @@ var binaryDirs = []string{"usr/bin", "usr/local/bin"}
 func (s *Step) binaries(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	if b, err := s.Host.Run(ctx, "systemctl", "show", "--property=ExecStart", "kubelet"); err == nil {
-		if m := regexp.MustCompile(`path=(/\S+)`).FindSubmatch(b); m != nil {
+		if m := execStartPath.FindSubmatch(b); m != nil {
 			out["kubelet"] = filepath.Join(s.Root, string(m[1]))
 		}
 	}
