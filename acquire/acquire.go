@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
@@ -25,7 +26,7 @@ type Source struct {
 	// URL is the origin of the ISO.
 	URL string
 	// Checksum is the ISO's sha512; required with URL.
-	Checksum Checksum
+	Checksum checksum.Sum
 	// CacheDir is where a downloaded ISO is kept; required with URL.
 	CacheDir string
 	// Client is the HTTP client for URL (default: one without an overall timeout; a response

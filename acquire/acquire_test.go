@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 )
@@ -30,10 +30,10 @@ func content(seed uint64, n int) []byte {
 	return b
 }
 
-func checksumOf(t *testing.T, b []byte) Checksum {
+func checksumOf(t *testing.T, b []byte) checksum.Sum {
 	t.Helper()
 	s := sha512.Sum512(b)
-	c, err := ParseChecksum("sha512:" + hex.EncodeToString(s[:]))
+	c, err := checksum.Parse("sha512:" + hex.EncodeToString(s[:]))
 	require.NoError(t, err)
 	return c
 }
@@ -140,34 +140,4 @@ func TestAcquireReusesTheCache(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.Verifications.WithLabelValues("ok")))
 	require.NotNil(t, v.Verifier)
 	require.NoError(t, v.Verifier.Check(0, int64(len(data))))
-}
-
-func TestParseChecksum(t *testing.T) {
-	t.Parallel()
-	good := strings.Repeat("ab", 64)
-	tests := []struct {
-		in  string
-		err string
-	}{
-		{"sha512:" + good, ""},
-		{"SHA512:" + strings.ToUpper(good), ""},
-		{" " + good + "\n", ""},
-		{"sha256:" + good, `algorithm "sha256" is not supported`},
-		{"sha512:abc", "128 hex digits"},
-		{"sha512:" + strings.Repeat("zz", 64), "128 hex digits"},
-		{"", "128 hex digits"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			t.Parallel()
-			c, err := ParseChecksum(tt.in)
-			if tt.err != "" {
-				require.ErrorContains(t, err, tt.err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, "sha512:"+good, c.String())
-			require.Equal(t, good, c.Hex())
-		})
-	}
 }

@@ -4,12 +4,12 @@
 // resumable, verified download that every agent runs, here on a node of its own, without peers:
 // one cache format (package peer/cache: the ISO named by its sha512, a partial download beside it
 // with the digests of its chunks, and once verified a record that lets the next start reuse it
-// without hashing it again), one retry policy, one checksum parser (peer.ParseChecksum).
+// without hashing it again), one retry policy, one checksum parser (package checksum).
 //
 // Every byte of a verified copy is checked against the digests of its chunks before it is
 // served (see package chunks); a chunk found damaged is refused, and the next start hashes the
 // copy again and fetches what changed.
 //
-// Imports: chunks, peer, peer/inventory, peer/cache, peer/fetch, redact; never repo, preload, the
+// Imports: checksum, chunks, peer, peer/inventory, peer/cache, peer/fetch, redact; never repo, preload, the
 // sequencer or a technology adapter, and never the commands.
 package acquire

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
@@ -72,7 +73,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.ISOChecksum != "" {
-		if _, err := peer.ParseChecksum(c.ISOChecksum); err != nil {
+		if _, err := checksum.Parse(c.ISOChecksum); err != nil {
 			return fmt.Errorf("ISO checksum: %w", err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
@@ -34,7 +34,8 @@ type wanted struct {
 func (a *Agent) holdGiven(ctx context.Context) error {
 	w := wanted{file: a.cfg.ISOFile, url: a.cfg.ISOURL}
 	if a.cfg.ISOChecksum != "" {
-		w.sha512, _ = peer.ParseChecksum(a.cfg.ISOChecksum)
+		c, _ := checksum.Parse(a.cfg.ISOChecksum) // checked by Config.Validate
+		w.sha512 = c.Hex()
 	}
 	path, sum, err := a.acquireISO(ctx, w)
 	if err != nil {
@@ -63,7 +64,8 @@ func (a *Agent) followISOs(ctx context.Context) {
 			return // the agent is stopping
 		}
 		var msg string
-		hex, err := peer.ParseChecksum(in.ISOChecksum)
+		c, err := checksum.Parse(in.ISOChecksum)
+		hex := c.Hex()
 		if err != nil {
 			msg = fmt.Sprintf("plan %s names ISO %s with an unusable checksum: %v", in.Plan, redact.URL(in.ISOURL), err)
 		} else if err = fetch.CheckURL(in.ISOURL); err != nil {
@@ -129,7 +131,7 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 // heldBy reports whether a plan of in still holds the ISO with the sha512 hex.
 func heldBy(in report.Instruction, hex string) bool {
 	for _, h := range in.Held {
-		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+		if c, err := checksum.Parse(h); err == nil && c.Hex() == hex {
 			return true
 		}
 	}
@@ -138,28 +140,23 @@ func heldBy(in report.Instruction, hex string) bool {
 
 // acquireISO gets the verified ISO: a local file, or a fetch from peers and the origin, retried
 // until it succeeds or ctx ends.
-func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Checksum, error) {
+func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, checksum.Sum, error) {
 	if w.file != "" {
-		if w.sha512 == "" {
-			s, err := acquire.Sum(ctx, w.file, nil)
-			if err != nil {
-				return "", acquire.Checksum{}, err
-			}
-			w.sha512 = s.Hex()
-		}
-		sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
+		// Without a checksum, the file is hashed once, as it is published: its sha512 is taken.
 		a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOVerifying })
 		l, err := a.store.AddComplete(w.file, w.sha512, cache.DefaultChunkSize)
 		if err != nil {
-			return "", sum, err
+			return "", checksum.Sum{}, err
 		}
+		sum := checksum.MustParse(l.SHA512())
 		a.board.update(func(s *Status) {
+			s.ISO.SHA512 = sum.Hex()
 			s.ISO.State = ISOVerified
 			s.ISO.Progress = fetch.Progress{Size: l.Size(), Held: l.Size(), Verified: true}
 		})
 		return w.file, sum, nil
 	}
-	sum, _ := acquire.ParseChecksum("sha512:" + w.sha512)
+	sum, _ := checksum.Parse(w.sha512) // parsed from the plan or the configuration
 	req := fetch.Request{SHA512: w.sha512, OriginURL: w.url, Path: filepath.Join(a.cfg.CacheDir, w.sha512+".iso")}
 	a.board.update(func(s *Status) { s.ISO.SHA512, s.ISO.State = w.sha512, ISOFetching })
 	progress := func(p fetch.Progress) {
@@ -201,7 +198,7 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, acquire.Check
 
 // serveISO opens the verified ISO at path and makes the repo serve it, every byte checked against
 // the chunk digests the store verified; it returns what closes it.
-func (a *Agent) serveISO(path string, sum acquire.Checksum) (func() error, error) {
+func (a *Agent) serveISO(path string, sum checksum.Sum) (func() error, error) {
 	var v = a.verifier(sum.Hex())
 	h, closer, err := OpenRelease(path, sum, a.repoMetrics, a.log, v)
 	if err != nil {
@@ -220,8 +217,8 @@ func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) error 
 	}
 	if a.plans != nil {
 		allowed := func(in report.Instruction) bool {
-			x, err := peer.ParseChecksum(in.ISOChecksum)
-			return in.Preload && err == nil && x == hex
+			c, err := checksum.Parse(in.ISOChecksum)
+			return in.Preload && err == nil && c.Hex() == hex
 		}
 		if _, err := a.plans.wait(ctx, allowed); err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/repo"
@@ -16,7 +16,7 @@ import (
 // OpenRelease opens the ISO at path, indexes it and parses its metadata: what /readyz waits for.
 // With v, every byte read or served is checked first (see chunks.Verifier). It returns the repo
 // handler of the release and what closes the file; "upgrade-repo serve" opens its ISO with it too.
-func OpenRelease(path string, sum acquire.Checksum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
+func OpenRelease(path string, sum checksum.Sum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {

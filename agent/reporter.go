@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
 )
 
@@ -115,13 +115,14 @@ func (r *reporter) once(ctx context.Context, now time.Time) error {
 // asPlanWrites returns the ISO checksum sum written as the plans write it, when one of them holds
 // that ISO: the sequencer compares the strings, and a plan may write "sha512:HEX" or HEX.
 func (r *reporter) asPlanWrites(sum string) string {
-	hex, err := peer.ParseChecksum(sum)
+	c, err := checksum.Parse(sum)
 	if err != nil {
 		return sum
 	}
+	hex := c.Hex()
 	in, _ := r.plans.current()
 	for _, h := range append([]string{in.ISOChecksum}, in.Held...) {
-		if x, err := peer.ParseChecksum(h); err == nil && x == hex {
+		if x, err := checksum.Parse(h); err == nil && x.Hex() == hex {
 			return h
 		}
 	}

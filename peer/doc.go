@@ -1,8 +1,8 @@
 // Package peer is what the nodes of a gossip ring share to move a release ISO between them,
 // verified, never trusted: who is in the ring (Member, Membership), how a peer proves it belongs
 // (Token), what a holder says of its chunks (ChunkList, the body of /v1/iso/{sha512}/chunks), the
-// one parser of an ISO checksum (ParseChecksum), the errors every part returns (ErrNotFound,
-// ErrVerification) and the metrics (Metrics). The work is done in its child packages, one concern
+// errors every part returns (ErrNotFound, ErrVerification) and the metrics (Metrics). An ISO is
+// named by its sha512 in the lower-case hex of package checksum. The work is done in its child packages, one concern
 // each:
 //
 //   - peer/inventory: who holds what. The gossip Directory of every member's ISOs, complete or

@@ -2,9 +2,6 @@ package peer
 
 import (
 	"errors"
-	"fmt"
-	"regexp"
-	"strings"
 )
 
 // Member is one live member of the gossip ring.
@@ -47,25 +44,3 @@ var ErrNotFound = errors.New("content not found")
 
 // ErrVerification is returned when bytes do not match the digest they should have.
 var ErrVerification = errors.New("content failed verification")
-
-var (
-	sha512Re = regexp.MustCompile(`^[0-9a-f]{128}$`)
-)
-
-// ParseChecksum parses an ISO checksum written as "sha512:HEX" (or a bare 128-digit hex string;
-// the algorithm and the digits in any case, surrounding spaces ignored) and returns the lower-case
-// hex digest, the form the directory and the HTTP paths use.
-func ParseChecksum(s string) (string, error) {
-	hex := strings.TrimSpace(s)
-	if algo, rest, ok := strings.Cut(hex, ":"); ok {
-		if !strings.EqualFold(algo, "sha512") {
-			return "", fmt.Errorf("checksum %q: algorithm %q is not supported, use sha512:HEX", s, algo)
-		}
-		hex = rest
-	}
-	hex = strings.ToLower(hex)
-	if !sha512Re.MatchString(hex) {
-		return "", fmt.Errorf("checksum %q: want sha512: followed by 128 hex digits", s)
-	}
-	return hex, nil
-}

@@ -1,7 +1,6 @@
 package planctl
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -41,7 +40,7 @@ const maxChecksumFile = 64 << 10
 type Request struct {
 	// ISOURL is where the release ISO is downloaded from (http or https).
 	ISOURL string
-	// Checksum is the ISO's sha512, in any form peer.ParseChecksum reads.
+	// Checksum is the ISO's sha512, in any form package checksum reads.
 	Checksum string
 	// Version names the Version; VersionName(ISOURL) when empty.
 	Version string
@@ -62,10 +61,11 @@ func (r Request) Objects() (*v1beta1.Version, *v1beta1.UpgradePlan, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, nil, fmt.Errorf("%w: the ISO URL %q is not an http or https URL", ErrInvalid, redact.URL(r.ISOURL))
 	}
-	sum, err := peer.ParseChecksum(r.Checksum)
+	c, err := checksum.Parse(r.Checksum)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	sum := c.Hex()
 	version := r.Version
 	if version == "" {
 		if version, err = VersionName(r.ISOURL); err != nil {
@@ -164,63 +164,18 @@ func FetchChecksum(ctx context.Context, hc *http.Client, isoURL string) (string,
 		return "", fmt.Errorf("checksum file %s: %s", redact.URL(su), resp.Status)
 	}
 	u, _ := url.Parse(isoURL) // parsed by ChecksumURL already
-	sum, err := parseChecksumFile(io.LimitReader(resp.Body, maxChecksumFile), path.Base(u.Path))
+	sum, err := checksum.ParseFile(io.LimitReader(resp.Body, maxChecksumFile), path.Base(u.Path))
 	if err != nil {
 		return "", fmt.Errorf("checksum file %s: %w", redact.URL(su), err)
 	}
-	return sum, nil
-}
-
-// parseChecksumFile finds the sha512 of the file named name in r.
-func parseChecksumFile(r io.Reader, name string) (string, error) {
-	type entry struct{ sum, file string }
-	var entries []entry
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "SHA512 ("); ok {
-			file, sum, ok := strings.Cut(rest, ") = ")
-			if !ok {
-				return "", fmt.Errorf("line %q: want SHA512 (NAME) = HEX", line)
-			}
-			entries = append(entries, entry{sum, file})
-			continue
-		}
-		f := strings.Fields(line)
-		e := entry{sum: f[0]}
-		if len(f) > 1 {
-			// sha512sum marks a file read in binary mode with a '*'.
-			e.file = strings.TrimPrefix(f[1], "*")
-		}
-		entries = append(entries, e)
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	pick := -1
-	for i, e := range entries {
-		if e.file == name {
-			pick = i
-			break
-		}
-	}
-	if pick < 0 && len(entries) == 1 {
-		pick = 0
-	}
-	if pick < 0 {
-		return "", fmt.Errorf("no line for %s among %d", name, len(entries))
-	}
-	return peer.ParseChecksum(entries[pick].sum)
+	return sum.Hex(), nil
 }
 
 // SameISO reports whether two Versions name the same ISO: the same URL and checksum.
 func SameISO(a, b *v1beta1.Version) bool {
-	as, aerr := peer.ParseChecksum(a.Spec.ISOChecksum)
-	bs, berr := peer.ParseChecksum(b.Spec.ISOChecksum)
-	return a.Spec.ISOURL == b.Spec.ISOURL && aerr == nil && berr == nil && as == bs
+	as, aerr := checksum.Parse(a.Spec.ISOChecksum)
+	bs, berr := checksum.Parse(b.Spec.ISOChecksum)
+	return a.Spec.ISOURL == b.Spec.ISOURL && aerr == nil && berr == nil && as.Equal(bs)
 }
 
 // Check reads what the cluster already has of v and p, before anything is judged or created:

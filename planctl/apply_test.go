@@ -118,7 +118,7 @@ func TestFetchChecksum(t *testing.T) {
 		{name: "the line naming the ISO", path: "/named/v1.6.0.iso"},
 		{name: "BSD form", path: "/bsd/v1.6.0.iso"},
 		{name: "no line for the ISO", path: "/many/v1.6.0.iso", wantErr: "no line for v1.6.0.iso among 2"},
-		{name: "not a checksum", path: "/bad/v1.6.0.iso", wantErr: "want sha512"},
+		{name: "not a checksum", path: "/bad/v1.6.0.iso", wantErr: "want 128 hex digits"},
 		{name: "missing", path: "/none/v1.6.0.iso", wantErr: "/none/v1.6.0.iso.sha512: 404 Not Found"},
 	}
 	for _, tt := range tests {

@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -94,7 +94,7 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	etag := s.etags[p]
 	s.mu.Unlock()
 	if offset > 0 {
-		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+		req.Header.Set("Range", httprange.Request(offset, -1))
 		if etag != "" {
 			req.Header.Set("If-Range", etag)
 		}
@@ -125,7 +125,11 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	}
 	size = resp.ContentLength
 	if offset > 0 {
-		size = contentRangeTotal(resp.Header.Get("Content-Range"))
+		cr, err := httprange.ParseContentRange(resp.Header.Get("Content-Range"))
+		if err != nil || cr.Start != offset {
+			return fail(fmt.Errorf("asked for bytes from %d, got Content-Range %q", offset, resp.Header.Get("Content-Range")))
+		}
+		size = cr.Size
 	}
 	if offset == 0 {
 		if e := resp.Header.Get("ETag"); e != "" && !strings.HasPrefix(e, "W/") {
@@ -168,19 +172,6 @@ func (b *idleBody) Close() error {
 	err := b.body.Close()
 	b.cancel(context.Canceled)
 	return err
-}
-
-// contentRangeTotal returns the complete length of "bytes a-b/total", or -1.
-func contentRangeTotal(h string) int64 {
-	_, total, ok := strings.Cut(h, "/")
-	if !ok {
-		return -1
-	}
-	n, err := strconv.ParseInt(total, 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // FS returns the release's small metadata files (the bundle index and the image lists) as an

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 )
 
 const (
@@ -50,11 +52,11 @@ func (c *checkedWriter) sending(code int) (int64, int64, bool) {
 	if code == http.StatusOK {
 		return 0, c.x.size, true
 	}
-	var a, b, size int64
-	if _, err := fmt.Sscanf(c.Header().Get("Content-Range"), "bytes %d-%d/%d", &a, &b, &size); err != nil {
+	cr, err := httprange.ParseContentRange(c.Header().Get("Content-Range"))
+	if err != nil || cr.Start < 0 {
 		return 0, 0, false // several ranges: each is checked as it is read
 	}
-	return a, b - a + 1, true
+	return cr.Start, cr.Len(), true
 }
 
 func (c *checkedWriter) refuse(err error) {

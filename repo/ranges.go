@@ -1,10 +1,12 @@
 package repo
 
 import (
+	"errors"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 )
 
 // maxRanges bounds the byte ranges of one request. Every range is a part of a multipart
@@ -44,34 +46,14 @@ func disjoint(spec string, size int64) bool {
 	}
 	var rs [][2]int64
 	for _, part := range strings.Split(spec, ",") {
-		a, b, ok := strings.Cut(strings.TrimSpace(part), "-")
-		if !ok {
+		off, n, err := httprange.ParseRange("bytes="+strings.TrimSpace(part), size)
+		if errors.Is(err, httprange.ErrUnsatisfiable) {
+			continue // skipped by http.ServeContent
+		}
+		if err != nil {
 			return true
 		}
-		var start, end int64
-		var err error
-		if a == "" {
-			n, err := strconv.ParseInt(b, 10, 64)
-			if err != nil || n <= 0 {
-				return true
-			}
-			start, end = max(size-n, 0), size-1
-		} else {
-			if start, err = strconv.ParseInt(a, 10, 64); err != nil || start < 0 {
-				return true
-			}
-			end = size - 1
-			if b != "" {
-				if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
-					return true
-				}
-			}
-			end = min(end, size-1)
-		}
-		if start >= size {
-			continue // unsatisfiable, skipped by http.ServeContent
-		}
-		rs = append(rs, [2]int64{start, end})
+		rs = append(rs, [2]int64{off, off + n - 1})
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
 	for i := 1; i < len(rs); i++ {

@@ -3,7 +3,6 @@ package sequencer
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )
@@ -159,29 +160,17 @@ func attempt(l map[string]string) int {
 	return n
 }
 
-// isoSize asks the ISO's origin for its size with a HEAD request; 0 when it does not say.
+// isoSize asks the ISO's origin for its size (httprange.Probe: its first byte, not a HEAD, which
+// a presigned URL refuses); 0 when it does not say.
 func (r *Reconciler) isoSize(ctx context.Context, isoURL string) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, isoURL, nil)
+	info, err := httprange.Probe(ctx, r.http, isoURL)
 	if err != nil {
+		r.log.Debug("the ISO's size is unknown", "url", redact.URL(isoURL), "err", err)
 		return 0
 	}
-	resp, err := r.http.Do(req)
-	if err != nil {
-		r.log.Debug("the ISO's size is unknown", "url", redactURL(isoURL), "err", redactErr(err, isoURL))
-		return 0
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.ContentLength <= 0 {
-		return 0
-	}
-	return resp.ContentLength
-}
-
-// redactErr prints err with every copy of rawURL in it redacted.
-func redactErr(err error, rawURL string) string {
-	return strings.ReplaceAll(err.Error(), rawURL, redactURL(rawURL))
+	return info.Size
 }
 
 // controlPlaneComponents are the components whose static pods make a node's control plane, as

@@ -3,11 +3,12 @@ package sequencer
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/policy"
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 func (d *decider) policyInput(releaseKnown bool) policy.Input {
@@ -103,33 +104,20 @@ func (d *decider) initialize() {
 	d.enter(v1beta1.PhaseInitialized)
 }
 
-// checksumPattern is what a Version's isoChecksum must look like.
-var checksumPattern = regexp.MustCompile(`^(sha512:)?[0-9a-fA-F]{128}$`)
-
 // validateVersion says what is wrong with v, or returns "". The CRD checks the same, but a
 // Version may predate the CRD's rules.
 func validateVersion(v *v1beta1.Version) string {
 	var bad []string
 	if u, err := url.Parse(v.Spec.ISOURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad = append(bad, fmt.Sprintf("isoURL %q is not an http or https URL", redactURL(v.Spec.ISOURL)))
+		bad = append(bad, fmt.Sprintf("isoURL %q is not an http or https URL", redact.URL(v.Spec.ISOURL)))
 	}
-	if !checksumPattern.MatchString(v.Spec.ISOChecksum) {
+	if _, err := checksum.Parse(v.Spec.ISOChecksum); err != nil {
 		bad = append(bad, "isoChecksum must be the ISO's SHA-512 as 128 hex digits, optionally prefixed with sha512:")
 	}
 	if len(bad) == 0 {
 		return ""
 	}
 	return "Version " + v.Name + ": " + strings.Join(bad, "; ")
-}
-
-// redactURL drops the user information and the query of a URL, which may hold credentials.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }
 
 // preflight runs the checks that need the agents' reports, before anything is downloaded:

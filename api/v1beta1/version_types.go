@@ -11,8 +11,9 @@ type VersionSpec struct {
 	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
 	ISOURL string `json:"isoURL"`
 	// ISOChecksum is the SHA-512 of the ISO as 128 hex digits, optionally prefixed with
-	// "sha512:". Agents verify every copy against it before they serve it, so it is required.
-	// +kubebuilder:validation:Pattern=`^(sha512:)?[0-9a-fA-F]{128}$`
+	// "sha512:" (any case). Agents verify every copy against it before they serve it, so it is
+	// required. The pattern is package checksum's, the one every part of the product reads.
+	// +kubebuilder:validation:Pattern=`^\s*([sS][hH][aA]512:)?[0-9a-fA-F]{128}\s*$`
 	ISOChecksum string `json:"isoChecksum"`
 	// ReleaseDate is the date the release was published, as its authors wrote it.
 	// +optional

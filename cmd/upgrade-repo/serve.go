@@ -16,6 +16,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
 	"github.com/upgrade-repo/upgrade-repo/agent"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
@@ -51,7 +52,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	}
 	src := acquire.Source{Path: *isoFile, URL: *isoURL, CacheDir: *cacheDir}
 	if *isoSum != "" {
-		sum, err := acquire.ParseChecksum(*isoSum)
+		sum, err := checksum.Parse(*isoSum)
 		if err != nil {
 			return fmt.Errorf("%w: --iso-checksum: %w", errUsage, err)
 		}

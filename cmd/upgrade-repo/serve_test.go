@@ -20,12 +20,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
-func packTestISO(t *testing.T) (string, acquire.Checksum) {
+func packTestISO(t *testing.T) (string, checksum.Sum) {
 	t.Helper()
 	isotest.RequireXorriso(t)
 	out := filepath.Join(t.TempDir(), "release.iso")
@@ -34,7 +35,7 @@ func packTestISO(t *testing.T) (string, acquire.Checksum) {
 	data, err := os.ReadFile(out)
 	require.NoError(t, err)
 	s := sha512.Sum512(data)
-	sum, err := acquire.ParseChecksum("sha512:" + hex.EncodeToString(s[:]))
+	sum, err := checksum.Parse("sha512:" + hex.EncodeToString(s[:]))
 	require.NoError(t, err)
 	return out, sum
 }
@@ -110,7 +111,7 @@ func TestServeWrongChecksum(t *testing.T) {
 		http.ServeFile(w, r, isoPath)
 	}))
 	defer origin.Close()
-	wrong, err := acquire.ParseChecksum("sha512:" + hex.EncodeToString(bytes.Repeat([]byte{1}, 64)))
+	wrong, err := checksum.Parse("sha512:" + hex.EncodeToString(bytes.Repeat([]byte{1}, 64)))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -113,6 +113,16 @@ var rules = []rule{
 		forbidden: ours("peer/fetch", "peer/inventory", "peer/memberlist"),
 	},
 	{
+		name:      "checksum is the ISO's digest: the standard library only",
+		applies:   under("checksum"),
+		forbidden: func(p string) bool { return !standard(p) },
+	},
+	{
+		name:      "httprange reads and writes ranges: redact and the standard library only",
+		applies:   under("httprange"),
+		forbidden: func(p string) bool { return !standard(p) && p != module+"/redact" },
+	},
+	{
 		name:      "chunks checks files: the standard library only",
 		applies:   under("chunks"),
 		forbidden: func(p string) bool { return !standard(p) },
@@ -219,6 +229,8 @@ func TestRulesBite(t *testing.T) {
 		"peer/serve sends what the cache holds: it neither fetches nor reads the directory":             {"peer/serve", module + "/peer/inventory"},
 		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
 		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
+		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/redact"},
+		"httprange reads and writes ranges: redact and the standard library only":                       {"httprange", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
 		"no library package imports the commands":                                                       {"repo", module + "/cmd/upgrade-repo"},
 		"a node step talks to its node, its agent over HTTP and the API server, nothing of the daemons": {"nodestep/kubeadm", module + "/agent"},

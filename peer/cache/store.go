@@ -75,7 +75,9 @@ func (s *Store) add(l *LocalISO) {
 
 // AddComplete opens the ISO file at path, checks that its sha512 is want (a hex digest), computes
 // its chunk digests and publishes it as complete. It returns peer.ErrVerification (wrapped) when the
-// sha512 differs. It writes nothing beside the file: the file is the caller's, not a cache's.
+// sha512 differs. With want empty, the file is taken as it is and published under the sha512
+// computed in the same pass as the chunk digests (a local ISO given without a checksum is read
+// once). It writes nothing beside the file: the file is the caller's, not a cache's.
 func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, error) {
 	if chunkSize <= 0 {
 		chunkSize = DefaultChunkSize
@@ -107,7 +109,11 @@ func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, erro
 		digests[c] = sha256.Sum256(buf[:m])
 		whole.Write(buf[:m])
 	}
-	if got := hex.EncodeToString(whole.Sum(nil)); got != want {
+	got := hex.EncodeToString(whole.Sum(nil))
+	if want == "" {
+		want = got // a file given without a checksum is published under the one just computed
+	}
+	if got != want {
 		f.Close()
 		err := fmt.Errorf("ISO %s: sha512 is %s, want %s: %w", path, got, want, peer.ErrVerification)
 		if changed := s.changedChunks(path, want, size, chunkSize, digests); changed != "" {

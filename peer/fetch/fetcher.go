@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
@@ -87,8 +88,8 @@ type Progress struct {
 // sha512 (peer.ErrVerification, wrapped): then it is removed. An origin that refuses (ErrOriginRefused)
 // or keeps failing ends the fetch as WithRetry says.
 func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress)) (*cache.LocalISO, error) {
-	if _, err := peer.ParseChecksum(req.SHA512); err != nil {
-		return nil, fmt.Errorf("fetch ISO: %w", err)
+	if !checksum.IsHex(req.SHA512) {
+		return nil, fmt.Errorf("fetch ISO: %q is not a sha512 in lower-case hex: %w", req.SHA512, checksum.ErrSyntax)
 	}
 	if req.OriginURL != "" {
 		if err := CheckURL(req.OriginURL); err != nil {
@@ -174,7 +175,7 @@ func (f *Fetcher) discover(ctx context.Context, req Request, progress func(Progr
 		if req.OriginURL != "" {
 			info, err := f.probeOrigin(ctx, req.OriginURL)
 			if err == nil {
-				return info.size, chunk, info.ranges, nil
+				return info.Size, chunk, info.Ranges, nil
 			}
 			originErr = err
 		}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -75,9 +75,9 @@ func (r *run) watchedGet(ctx context.Context, url string, off, n int64, toPeer b
 	}
 	switch {
 	case n > 0:
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
+		req.Header.Set("Range", httprange.Request(off, n))
 	case off > 0:
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
+		req.Header.Set("Range", httprange.Request(off, -1))
 	}
 	if toPeer {
 		r.f.authorize(req)

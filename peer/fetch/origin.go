@@ -8,10 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -74,84 +73,29 @@ func CheckURL(raw string) error {
 // than 408 (timeout) and 429 (too many requests) wrap ErrOriginRefused.
 func statusError(what string, resp *http.Response) error {
 	err := fmt.Errorf("%s: status %s", what, resp.Status)
-	if c := resp.StatusCode; c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
+	if httprange.NewStatusError(resp).Permanent() {
 		err = fmt.Errorf("%w: %w", err, ErrOriginRefused)
 	}
 	return err
 }
 
-// originInfo is what the first answer of the origin tells.
-type originInfo struct {
-	size   int64
-	ranges bool // the origin answers Range requests with 206
-}
-
-// probeOrigin asks the origin for the ISO's first byte, which tells its size and whether it serves
-// ranges; a GET, as an origin that signs its URLs for one method may refuse a HEAD.
-func (f *Fetcher) probeOrigin(ctx context.Context, origin string) (originInfo, error) {
+// probeOrigin asks the origin for the ISO's first byte (httprange.Probe), which tells its size
+// and whether it serves ranges.
+func (f *Fetcher) probeOrigin(ctx context.Context, origin string) (httprange.Info, error) {
 	if err := CheckURL(origin); err != nil {
-		return originInfo{}, err
+		return httprange.Info{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(f.o.idle, 0))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, origin, nil)
+	info, err := httprange.Probe(ctx, f.o.client, origin)
+	var se *httprange.StatusError
+	if errors.As(err, &se) && se.Permanent() {
+		return info, fmt.Errorf("origin: %w: %w", err, ErrOriginRefused)
+	}
 	if err != nil {
-		return originInfo{}, fmt.Errorf("origin %s: %w: %w", redact.URL(origin), redact.Error(err), ErrOriginRefused)
+		return info, fmt.Errorf("origin %s: %w", redact.URL(origin), err)
 	}
-	req.Header.Set("Range", "bytes=0-0")
-	resp, err := f.o.client.Do(req)
-	if err != nil {
-		return originInfo{}, fmt.Errorf("origin %s: %w", redact.URL(origin), redact.Error(err))
-	}
-	defer resp.Body.Close()
-	what := "GET " + redact.URL(origin)
-	switch resp.StatusCode {
-	case http.StatusPartialContent:
-		_, _, size, err := parseContentRange(resp.Header.Get("Content-Range"))
-		if err != nil || size <= 0 {
-			return originInfo{}, fmt.Errorf("%s: Content-Range %q does not give the size", what, resp.Header.Get("Content-Range"))
-		}
-		return originInfo{size: size, ranges: true}, nil
-	case http.StatusOK:
-		if resp.ContentLength <= 0 {
-			return originInfo{}, fmt.Errorf("%s: no Content-Length and no range support: the size cannot be known", what)
-		}
-		return originInfo{size: resp.ContentLength}, nil
-	}
-	return originInfo{}, statusError(what, resp)
-}
-
-// parseContentRange parses "bytes START-END/SIZE" or "bytes */SIZE"; unknown parts are -1.
-func parseContentRange(s string) (start, end, size int64, err error) {
-	bad := fmt.Errorf("invalid Content-Range %q", s)
-	rest, ok := strings.CutPrefix(s, "bytes ")
-	if !ok {
-		return 0, 0, 0, bad
-	}
-	rng, total, ok := strings.Cut(rest, "/")
-	if !ok {
-		return 0, 0, 0, bad
-	}
-	size = -1
-	if total != "*" {
-		if size, err = strconv.ParseInt(total, 10, 64); err != nil || size < 0 {
-			return 0, 0, 0, bad
-		}
-	}
-	start, end = -1, -1
-	if rng != "*" {
-		a, b, ok := strings.Cut(rng, "-")
-		if !ok {
-			return 0, 0, 0, bad
-		}
-		if start, err = strconv.ParseInt(a, 10, 64); err != nil || start < 0 {
-			return 0, 0, 0, bad
-		}
-		if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
-			return 0, 0, 0, bad
-		}
-	}
-	return start, end, size, nil
+	return info, nil
 }
 
 // errNoRanges is the cause of a chunk request that the origin answered with the whole ISO.
@@ -195,7 +139,7 @@ func (r *run) originRange(ctx context.Context, url string, off int64, dst []byte
 	default:
 		return statusError("status", resp)
 	}
-	if start, _, size, err := parseContentRange(resp.Header.Get("Content-Range")); err != nil || start != off || size >= 0 && size != r.iso.Size() {
+	if cr, err := httprange.ParseContentRange(resp.Header.Get("Content-Range")); err != nil || cr.Start != off || cr.Size >= 0 && cr.Size != r.iso.Size() {
 		return fmt.Errorf("unexpected Content-Range %q for bytes from %d of %d: %w", resp.Header.Get("Content-Range"), off, r.iso.Size(), ErrOriginRefused)
 	}
 	n, err := io.ReadFull(w.body, dst)

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
-	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
 // ISO is what one member holds of one release ISO.
@@ -165,10 +165,7 @@ func (d *Directory) SetISO(iso ISO) error {
 
 // isDigest reports whether s is a sha512 in the form the directory keeps: 128 lower-case hex
 // digits, nothing else.
-func isDigest(s string) bool {
-	hex, err := peer.ParseChecksum(s)
-	return err == nil && hex == s
-}
+func isDigest(s string) bool { return checksum.IsHex(s) }
 
 // RemoveISO withdraws an ISO from the local inventory.
 func (d *Directory) RemoveISO(sha512 string) {

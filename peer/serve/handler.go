@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 )
@@ -102,17 +103,17 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if rh := r.Header.Get("Range"); rh != "" {
 		var err error
-		off, n, err = parseRange(rh, size)
+		off, n, err = httprange.ParseRange(rh, size)
 		if err != nil {
-			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+			w.Header().Set("Content-Range", httprange.Unsatisfied(size))
 			http.Error(w, err.Error(), http.StatusRequestedRangeNotSatisfiable)
 			return
 		}
 		status = http.StatusPartialContent
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, size))
+		w.Header().Set("Content-Range", httprange.Sent(off, n, size))
 	}
 	if !l.HasRange(off, n) {
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		w.Header().Set("Content-Range", httprange.Unsatisfied(size))
 		http.Error(w, "range not held yet", http.StatusRequestedRangeNotSatisfiable)
 		return
 	}
@@ -188,36 +189,3 @@ func (r *fileReader) Read(p []byte) (int, error) {
 
 // SyscallConn returns the raw connection of the file, for sendfile.
 func (r *fileReader) SyscallConn() (syscall.RawConn, error) { return r.f.SyscallConn() }
-
-// parseRange parses a single "bytes=a-b", "bytes=a-" or "bytes=-n" range.
-func parseRange(s string, size int64) (int64, int64, error) {
-	spec, ok := strings.CutPrefix(s, "bytes=")
-	if !ok || strings.Contains(spec, ",") {
-		return 0, 0, fmt.Errorf("range %q: only one bytes range is served", s)
-	}
-	a, b, ok := strings.Cut(spec, "-")
-	if !ok {
-		return 0, 0, fmt.Errorf("range %q: malformed", s)
-	}
-	if a == "" {
-		n, err := strconv.ParseInt(b, 10, 64)
-		if err != nil || n <= 0 {
-			return 0, 0, fmt.Errorf("range %q: malformed suffix", s)
-		}
-		n = min(n, size)
-		return size - n, n, nil
-	}
-	start, err := strconv.ParseInt(a, 10, 64)
-	if err != nil || start < 0 || start >= size {
-		return 0, 0, fmt.Errorf("range %q: start outside 0-%d", s, size-1)
-	}
-	end := size - 1
-	if b != "" {
-		end, err = strconv.ParseInt(b, 10, 64)
-		if err != nil || end < start {
-			return 0, 0, fmt.Errorf("range %q: malformed end", s)
-		}
-		end = min(end, size-1)
-	}
-	return start, end - start + 1, nil
-}

@@ -1,0 +1,10 @@
+// Package checksum is the one reading of a release ISO's checksum: its SHA-512, as a Version, an
+// UpgradePlan, a flag or a checksum file beside the ISO writes it.
+//
+// Every part that takes a checksum (the CLI, the agent, the fetcher, the gossip directory, the
+// sequencer) parses it with Parse, and the Version CRD validates isoChecksum with Pattern, the
+// same grammar: a checksum one part accepts, every part accepts. ParseFile reads the checksum
+// file published beside an ISO, in sha512sum's form or BSD's.
+//
+// Imports: the standard library only.
+package checksum
