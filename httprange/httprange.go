@@ -91,7 +91,9 @@ func (c ContentRange) String() string {
 }
 
 // Sent returns the Content-Range of n bytes at off of a file of size bytes.
-func Sent(off, n, size int64) string { return ContentRange{Start: off, End: off + n - 1, Size: size}.String() }
+func Sent(off, n, size int64) string {
+	return ContentRange{Start: off, End: off + n - 1, Size: size}.String()
+}
 
 // Unsatisfied returns the Content-Range a 416 answer carries: "bytes */SIZE".
 func Unsatisfied(size int64) string { return ContentRange{Start: -1, End: -1, Size: size}.String() }

@@ -28,7 +28,9 @@ type StatusError struct {
 }
 
 // Error implements error.
-func (e *StatusError) Error() string { return fmt.Sprintf("%s %s: status %s", e.Method, e.URL, e.Status) }
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: status %s", e.Method, e.URL, e.Status)
+}
 
 // Permanent reports whether asking again cannot help: a 4xx other than 408 and 429.
 func (e *StatusError) Permanent() bool {
