@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
@@ -259,7 +260,7 @@ func (a *Agent) join(ctx context.Context) {
 	if len(a.seeds) == 0 {
 		return
 	}
-	wait := time.Second
+	retry := backoff.Policy{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}.Start()
 	for {
 		n, err := a.gossip.Join(ctx, a.seeds)
 		if err == nil && (n > 0 || len(a.gossip.Members()) > 1) {
@@ -269,12 +270,9 @@ func (a *Agent) join(ctx context.Context) {
 		if err != nil {
 			a.log.Debug("join gossip ring", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Wait(ctx) != nil {
 			return
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, 30*time.Second)
 	}
 }
 

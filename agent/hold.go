@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
@@ -169,7 +170,7 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, checksum.Sum,
 			}
 		})
 	}
-	wait := time.Second
+	retry := backoff.Policy{Initial: time.Second, Jitter: 0.2}.Start()
 	for {
 		l, err := a.fetch.Fetch(ctx, req, progress)
 		if err == nil {
@@ -181,18 +182,15 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, checksum.Sum,
 		}
 		// Bytes that do not match the checksum, or an origin that refuses, need the operator:
 		// asked again soon, the origin would only send the same again.
-		limit := time.Minute
+		retry.Max = time.Minute
 		if errors.Is(err, peer.ErrVerification) || errors.Is(err, fetch.ErrOriginRefused) {
-			limit = 10 * time.Minute
+			retry.Max = 10 * time.Minute
 		}
-		a.log.Error("fetch ISO, retrying", "err", err, "in", wait)
+		a.log.Error("fetch ISO, retrying", "err", err, "in", retry.Next())
 		a.board.update(func(s *Status) { s.Error = err.Error() })
-		select {
-		case <-ctx.Done():
-			return "", sum, ctx.Err()
-		case <-time.After(wait):
+		if werr := retry.Wait(ctx); werr != nil {
+			return "", sum, werr
 		}
-		wait = min(2*wait, limit)
 	}
 }
 

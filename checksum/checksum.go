@@ -2,12 +2,10 @@ package checksum
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha512"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"regexp"
 	"strings"
@@ -60,28 +58,6 @@ func MustParse(s string) Sum {
 	return c
 }
 
-// FromBytes returns the Sum whose digest is b, which must be Size bytes.
-func FromBytes(b []byte) (Sum, error) {
-	if len(b) != Size {
-		return Sum{}, fmt.Errorf("a sha512 digest is %d bytes, not %d: %w", Size, len(b), ErrSyntax)
-	}
-	var c Sum
-	copy(c.b[:], b)
-	c.set = true
-	return c, nil
-}
-
-// Of returns the SHA-512 of h's input; h must be a sha512 hash.
-func Of(h hash.Hash) Sum {
-	var c Sum
-	h.Sum(c.b[:0])
-	c.set = true
-	return c
-}
-
-// New returns the hash a Sum is computed with.
-func New() hash.Hash { return sha512.New() }
-
 // IsZero reports whether c is the zero Sum (none given).
 func (c Sum) IsZero() bool { return !c.set }
 
@@ -100,14 +76,6 @@ func (c Sum) String() string {
 		return ""
 	}
 	return "sha512:" + c.Hex()
-}
-
-// Bytes returns a copy of the digest; nil for the zero Sum.
-func (c Sum) Bytes() []byte {
-	if !c.set {
-		return nil
-	}
-	return bytes.Clone(c.b[:])
 }
 
 // Equal reports whether two checksums are the same.

@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 )
 
 // Env is what the sequencer tells a node Job through its environment. cmd reads it with
@@ -101,18 +103,11 @@ func (r *Reporter) Report(ctx context.Context, stage Stage, message string) {
 		return
 	}
 	body, _ := json.Marshal(map[string]string{"plan": r.Plan, "stage": string(stage), "message": message}) // strings always marshal
-	var err error
-	for attempt := range 3 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Duration(attempt) * 2 * time.Second):
-			}
-		}
-		if err = r.post(ctx, body); err == nil {
-			return
-		}
+	err := backoff.Retry(ctx, backoff.Policy{Initial: 2 * time.Second, Jitter: 0.2, Attempts: 3}, func(ctx context.Context) error {
+		return r.post(ctx, body)
+	})
+	if err == nil {
+		return
 	}
 	if r.Log != nil {
 		r.Log.Warn("stage report not delivered", "stage", stage, "err", err)
@@ -234,16 +229,13 @@ func (f *Fetcher) get(ctx context.Context, p string, w io.Writer) error {
 		attempts = 5
 	}
 	u := strings.TrimRight(f.RepoURL, "/") + "/" + strings.TrimLeft(p, "/")
-	delay := 2 * time.Second
+	retry := backoff.Policy{Initial: 2 * time.Second, Jitter: 0.2}.Start()
 	var err error
 	for attempt := range attempts {
 		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("get %s: %w (last error: %w)", p, ctx.Err(), err)
-			case <-time.After(delay):
+			if werr := retry.Wait(ctx); werr != nil {
+				return fmt.Errorf("get %s: %w (last error: %w)", p, werr, err)
 			}
-			delay *= 2
 		}
 		if r, ok := w.(interface{ reset() error }); ok {
 			if rerr := r.reset(); rerr != nil {

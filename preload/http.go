@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/idle"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -29,7 +30,8 @@ type HTTPSource struct {
 	client *http.Client
 	// metaTimeout bounds each metadata request, since fs.FS.Open takes no context.
 	metaTimeout time.Duration
-	// idle is how long a body read may wait for its first byte before the stream counts as broken.
+	// idle is how long the answer, or a read of its body, may wait for a byte before the stream
+	// counts as broken (package idle).
 	idle time.Duration
 
 	mu    sync.Mutex
@@ -79,10 +81,11 @@ func (s *HTTPSource) url(p string) string {
 // Open implements Source. Connection failures and 5xx answers match ErrTransient; 404 matches
 // ErrNotFound.
 func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.ReadCloser, size int64, err error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+	parent := ctx
+	ctx, wd := idle.Watch(ctx, s.idle)
 	defer func() {
 		if err != nil {
-			cancel(err)
+			wd.Stop()
 		}
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url(p), nil)
@@ -101,8 +104,8 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		err = redact.Error(err)
-		if ctx.Err() != nil {
+		err = wd.Cause(redact.Error(err))
+		if parent.Err() != nil {
 			return nil, 0, err
 		}
 		return nil, 0, fmt.Errorf("get %s: %w: %w", where, ErrTransient, err)
@@ -138,40 +141,7 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 			s.mu.Unlock()
 		}
 	}
-	return newIdleBody(resp.Body, s.idle, cancel), size, nil
-}
-
-// errStalled ends a body read that waited longer than the idle timeout.
-var errStalled = errors.New("no data within the idle timeout")
-
-// idleBody cancels its request when a read waits longer than idle, which makes the read fail
-// instead of hanging on a connection that went quiet.
-type idleBody struct {
-	body   io.ReadCloser
-	idle   time.Duration
-	cancel context.CancelCauseFunc
-}
-
-func newIdleBody(body io.ReadCloser, idle time.Duration, cancel context.CancelCauseFunc) io.ReadCloser {
-	return &idleBody{body: body, idle: idle, cancel: cancel}
-}
-
-func (b *idleBody) Read(p []byte) (int, error) {
-	if b.idle <= 0 {
-		return b.body.Read(p)
-	}
-	t := time.AfterFunc(b.idle, func() { b.cancel(errStalled) })
-	n, err := b.body.Read(p)
-	if !t.Stop() && err != nil {
-		err = fmt.Errorf("%w after %s: %w", errStalled, b.idle, err)
-	}
-	return n, err
-}
-
-func (b *idleBody) Close() error {
-	err := b.body.Close()
-	b.cancel(context.Canceled)
-	return err
+	return wd.Body(resp.Body), size, nil
 }
 
 // FS returns the release's small metadata files (the bundle index and the image lists) as an

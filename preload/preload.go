@@ -14,6 +14,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 )
 
 // ErrIncomplete is returned by Run when, after the imports, some listed images are not present.
@@ -52,7 +54,7 @@ type Preloader struct {
 	reg         prometheus.Registerer
 	concurrency int
 	decoders    int
-	retry       backoff
+	retry       backoff.Policy
 	copyDir     string
 	limit       *rate.Limiter
 	m           *metrics
@@ -79,9 +81,12 @@ func WithConcurrency(n int) Option { return func(p *Preloader) { p.concurrency =
 // doubling up to 5s). Progress (bytes read, bytes imported) starts the time over.
 func WithRetry(total, base time.Duration) Option {
 	return func(p *Preloader) {
-		p.retry.total = max(total, 0)
+		p.retry.Total, p.retry.Attempts = max(total, 0), 0
+		if total <= 0 {
+			p.retry.Attempts = 1 // no retry time: the first failure is the last
+		}
 		if base > 0 {
-			p.retry.base = base
+			p.retry.Initial = base
 		}
 	}
 }
@@ -125,7 +130,7 @@ func New(store Store, sources []Source, opts ...Option) (*Preloader, error) {
 		log:         slog.New(slog.DiscardHandler),
 		concurrency: 2,
 		decoders:    1,
-		retry:       backoff{total: DefaultRetryFor, base: 250 * time.Millisecond, max: 5 * time.Second},
+		retry:       backoff.Policy{Total: DefaultRetryFor, Initial: 250 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2},
 	}
 	for _, o := range opts {
 		o(p)
@@ -163,7 +168,7 @@ func (p *Preloader) Plan(ctx context.Context, meta fs.FS) (*Plan, error) {
 // retryTransient runs f until it succeeds, fails with an error that is not ErrTransient, or
 // fails transiently for longer than the retry time.
 func (p *Preloader) retryTransient(ctx context.Context, what string, f func() error) error {
-	s := p.retry.begin()
+	s := p.retry.Start()
 	for {
 		err := f()
 		if err == nil || !errors.Is(err, ErrTransient) || ctx.Err() != nil {
@@ -171,7 +176,7 @@ func (p *Preloader) retryTransient(ctx context.Context, what string, f func() er
 		}
 		p.log.Info("retrying", "step", what, "err", err)
 		p.m.retries.Inc()
-		if werr := s.wait(ctx); werr != nil {
+		if werr := s.Wait(ctx); werr != nil {
 			return fmt.Errorf("%w: %w", werr, err)
 		}
 	}
@@ -267,7 +272,7 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 // retried for ever. The stream itself resumes inside resumer.
 func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
 	log := p.log.With("archive", s.Name())
-	retry := p.retry.begin()
+	retry := p.retry.Start()
 	var furthest int64
 	for n := 1; ; n++ {
 		consumed, err := p.importOnce(ctx, i, s)
@@ -281,11 +286,11 @@ func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
 		}
 		if consumed > furthest {
 			furthest = consumed
-			retry.progress()
+			retry.Reset()
 		}
 		log.Info("retrying archive import", "attempt", n+1, "err", err)
 		p.m.retries.Inc()
-		if werr := retry.wait(ctx); werr != nil {
+		if werr := retry.Wait(ctx); werr != nil {
 			err = &ArchiveError{Archive: s.Archive.Archive, Err: fmt.Errorf("%w: %w", werr, err)}
 			log.Warn("archive import failed", "err", err)
 			p.archiveFailed(i, err)
@@ -335,7 +340,7 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) (consumed int
 	name := s.Name()
 	p.archiveStarted(i, src.Name(), size)
 	r := &resumer{
-		ctx: ctx, src: src, path: s.Archive.Archive, size: size, rc: rc, retry: p.retry.begin(),
+		ctx: ctx, src: src, path: s.Archive.Archive, size: size, rc: rc, retry: p.retry.Start(),
 		onRead: func(n int) { p.archiveRead(i, name, n) },
 		onRetry: func(err error) {
 			p.m.retries.Inc()

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -171,7 +172,7 @@ func waitAPIServer(ctx context.Context, log *slog.Logger, cfg *rest.Config, time
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	delay := time.Second
+	retry := backoff.Policy{Initial: time.Second, Max: 15 * time.Second, Jitter: 0.2}.Start()
 	for attempt := 1; ; attempt++ {
 		v, err := dc.ServerVersion()
 		if err == nil {
@@ -179,12 +180,9 @@ func waitAPIServer(ctx context.Context, log *slog.Logger, cfg *rest.Config, time
 			return nil
 		}
 		log.Warn("api server not reachable yet", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
+		if retry.Wait(ctx) != nil {
 			return fmt.Errorf("api server not reachable after %s: %w", timeout, err)
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 15*time.Second)
 	}
 }
 

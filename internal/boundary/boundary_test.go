@@ -123,6 +123,11 @@ var rules = []rule{
 		forbidden: func(p string) bool { return !standard(p) && p != module+"/redact" },
 	},
 	{
+		name:      "backoff and idle are policies: the standard library only",
+		applies:   under("backoff", "idle"),
+		forbidden: func(p string) bool { return !standard(p) },
+	},
+	{
 		name:      "chunks checks files: the standard library only",
 		applies:   under("chunks"),
 		forbidden: func(p string) bool { return !standard(p) },
@@ -229,6 +234,7 @@ func TestRulesBite(t *testing.T) {
 		"peer/serve sends what the cache holds: it neither fetches nor reads the directory":             {"peer/serve", module + "/peer/inventory"},
 		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
 		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
+		"backoff and idle are policies: the standard library only":                                      {"idle", module + "/redact"},
 		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/redact"},
 		"httprange reads and writes ranges: redact and the standard library only":                       {"httprange", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},

@@ -1,10 +1,10 @@
 package cache
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -97,18 +97,13 @@ func (s *Store) AddComplete(path, want string, chunkSize int64) (*LocalISO, erro
 		return nil, fmt.Errorf("ISO %s: size %d cannot be shared in chunks of %d bytes", path, size, chunkSize)
 	}
 	n := chunks.Count(size, chunkSize)
-	digests := make([][sha256.Size]byte, n)
-	whole := sha512.New()
-	buf := make([]byte, chunkSize)
-	for c := range n {
-		m, err := io.ReadFull(io.NewSectionReader(f, int64(c)*chunkSize, chunkSize), buf)
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-			f.Close()
-			return nil, fmt.Errorf("read ISO %s at %d: %w", path, int64(c)*chunkSize, err)
-		}
-		digests[c] = sha256.Sum256(buf[:m])
-		whole.Write(buf[:m])
+	// One pass: the sha512 of the whole and the digests of its chunks.
+	whole, parts := sha512.New(), chunks.NewHasher(chunkSize)
+	if got, err := io.CopyBuffer(io.MultiWriter(whole, parts), io.NewSectionReader(f, 0, size), make([]byte, 1<<20)); err != nil || got != size {
+		f.Close()
+		return nil, fmt.Errorf("read ISO %s at %d of %d: %w", path, got, size, cmp.Or(err, io.ErrUnexpectedEOF))
 	}
+	digests := parts.Sums().Digests
 	got := hex.EncodeToString(whole.Sum(nil))
 	if want == "" {
 		want = got // a file given without a checksum is published under the one just computed

@@ -37,15 +37,16 @@
 // # The origin
 //
 // The origin is asked for its first byte to learn the size and whether it serves ranges (one that
-// does not is read whole, in order); a response that stops bringing bytes is abandoned after the
-// idle timeout and asked again from where it stopped; failures are retried with backoff and given
+// does not is read whole, in order; package httprange); a response that stops bringing bytes is
+// abandoned after the idle timeout (package idle) and asked again from where it stopped; failures
+// are retried with backoff (package backoff) and given
 // up as WithRetry says; a refusal (ErrOriginRefused) ends the fetch unless peers hold what is
 // missing. Where the bytes are kept, and how a restart resumes, is peer/cache's.
 //
 // The files of this package follow the download: fetcher.go (the Fetcher, what Fetch does before
 // the first chunk), options.go, run.go (the loop of one Fetch), schedule.go (which chunk from which
 // source, and when an owner is stalled), peers.go (chunks from peers and their vouching),
-// origin.go (the origin client), idle.go (the idle watchdog of a response) and repair.go (what
+// origin.go (the origin client), get.go (one watched GET) and repair.go (what
 // a failed sha512 leads to).
 //
 // Imports: peer, peer/inventory, peer/cache, chunks, redact, and the standard library's HTTP;

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
@@ -123,7 +124,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress
 		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
 		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
 		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now(),
-		noRanges: !ranges, originWait: f.o.initial, lastLog: time.Now(), lastHeld: l.HeldBytes()}
+		noRanges: !ranges, originRetry: f.retryPolicy().Start(), lastLog: time.Now(), lastHeld: l.HeldBytes()}
 	return l, r.run(ctx)
 }
 
@@ -168,7 +169,7 @@ func (f *Fetcher) chunkSizeFor(sha string) int64 {
 // answers, else from what peers advertise (a wrong size from a peer only fails the final sha512).
 // A failing origin is retried as WithRetry says, as long as no peer holds the ISO.
 func (f *Fetcher) discover(ctx context.Context, req Request, progress func(Progress)) (size, chunk int64, ranges bool, err error) {
-	wait := f.o.initial
+	retry := f.retryPolicy().Start()
 	for attempt := 1; ; attempt++ {
 		chunk := f.chunkSizeFor(req.SHA512)
 		var originErr error
@@ -192,17 +193,18 @@ func (f *Fetcher) discover(ctx context.Context, req Request, progress func(Progr
 			return 0, 0, false, fmt.Errorf("learn the ISO size: no peer holds it and the origin failed %d times in a row: %w", attempt, originErr)
 		}
 		f.o.metrics.Retried()
-		f.log.Warn("the origin failed, retrying", "attempt", attempt, "of", f.o.attempts, "in", wait, "err", originErr)
+		f.log.Warn("the origin failed, retrying", "attempt", attempt, "of", f.o.attempts, "in", retry.Next(), "err", originErr)
 		if progress != nil {
 			progress(Progress{OriginError: originErr.Error()})
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, 0, false, fmt.Errorf("fetch ISO %.16s: %w", req.SHA512, ctx.Err())
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return 0, 0, false, fmt.Errorf("fetch ISO %.16s: %w", req.SHA512, err)
 		}
-		wait = min(2*wait, f.o.maxWait)
 	}
+}
+
+// retryPolicy is how a failing origin is waited for, as WithRetry says; the count of attempts is
+// the caller's, which says it in its error.
+func (f *Fetcher) retryPolicy() backoff.Policy {
+	return backoff.Policy{Initial: f.o.initial, Max: f.o.maxWait, Jitter: 0.2}
 }

@@ -40,14 +40,15 @@ func (r *run) originFailed(j *job, err error) {
 		return
 	}
 	r.f.o.metrics.Retried()
-	r.f.log.Warn("fetch from the origin failed, retrying", "attempt", r.originFails, "of", r.f.o.attempts, "in", r.originWait, "err", err)
-	r.originAt = now.Add(r.originWait)
-	r.originWait = min(2*r.originWait, r.f.o.maxWait)
+	wait, _ := r.originRetry.Fail() // the count of attempts is kept in originFails
+	r.f.log.Warn("fetch from the origin failed, retrying", "attempt", r.originFails, "of", r.f.o.attempts, "in", wait, "err", err)
+	r.originAt = now.Add(wait)
 }
 
 // originAnswered starts the count of failures and the wait over.
 func (r *run) originAnswered() {
-	r.originFails, r.originErr, r.originWait = 0, nil, r.f.o.initial
+	r.originFails, r.originErr = 0, nil
+	r.originRetry.Reset()
 }
 
 // ErrOriginRefused marks an answer of the origin that asking again cannot change: the URL is not

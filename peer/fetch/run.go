@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 )
@@ -37,16 +38,16 @@ type run struct {
 	lastMembers           int
 	membersChanged        time.Time
 
-	noRanges       bool          // the origin answers with the whole ISO: it is read in order
-	originWait     time.Duration // the wait after the origin's next failure
-	originAt       time.Time     // no request to the origin starts before
-	originFails    int           // failures of the origin in a row
-	originFailedAt time.Time     // when the origin failed last
-	originErr      error         // its last failure, nil once it answers
-	originRefused  bool          // the origin refused for good (ErrOriginRefused)
-	lastLog        time.Time     // when progress was logged last
-	lastHeld       int64         // the bytes held then
-	fatal          error         // a failure of this node that ends the fetch (a chunk that cannot be stored)
+	noRanges       bool             // the origin answers with the whole ISO: it is read in order
+	originRetry    *backoff.Backoff // the waits after the origin's failures
+	originAt       time.Time        // no request to the origin starts before
+	originFails    int              // failures of the origin in a row
+	originFailedAt time.Time        // when the origin failed last
+	originErr      error            // its last failure, nil once it answers
+	originRefused  bool             // the origin refused for good (ErrOriginRefused)
+	lastLog        time.Time        // when progress was logged last
+	lastHeld       int64            // the bytes held then
+	fatal          error            // a failure of this node that ends the fetch (a chunk that cannot be stored)
 
 	listMu sync.Mutex
 	lists  map[string]*chunkList
