@@ -14,6 +14,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/isorepo"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
@@ -198,7 +199,7 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, checksum.Sum,
 // the chunk digests the store verified; it returns what closes it.
 func (a *Agent) serveISO(path string, sum checksum.Sum) (func() error, error) {
 	var v = a.verifier(sum.Hex())
-	h, closer, err := OpenRelease(path, sum, a.repoMetrics, a.log, v)
+	h, closer, err := isorepo.Open(path, sum, a.repoMetrics, a.log, v)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
 )
 
@@ -136,10 +137,10 @@ func TestISOJSON(t *testing.T) {
 
 	out, _, err := runISOTest(t, "ls", "-R", "-o", "json", image)
 	require.NoError(t, err)
-	var list []isoEntry
+	var list []inspect.Entry
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 26)
-	byPath := map[string]isoEntry{}
+	byPath := map[string]inspect.Entry{}
 	for _, e := range list {
 		byPath[e.Path] = e
 	}
@@ -151,7 +152,7 @@ func TestISOJSON(t *testing.T) {
 
 	out, _, err = runISOTest(t, "stat", "-o", "json", image, "bundle/harvester/images/a.tar.zst")
 	require.NoError(t, err)
-	var e isoEntry
+	var e inspect.Entry
 	require.NoError(t, json.Unmarshal([]byte(out), &e))
 	require.Len(t, e.Extents, 1)
 	require.Equal(t, int64(20000), e.Extents[0].Length)
@@ -180,9 +181,9 @@ func TestISOJSON(t *testing.T) {
 	sum := sha512.Sum512(data)
 	out, _, err = runISOTest(t, "verify", "-o", "json", "--checksum", "sha512:"+hex.EncodeToString(sum[:]), image)
 	require.NoError(t, err)
-	var rep isoVerifyReport
+	var rep inspect.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Equal(t, isoVerifyReport{Files: 8, Dirs: 17, Links: 2, Bytes: 20077, Extents: 7, Checksum: "sha512:" + hex.EncodeToString(sum[:]), OK: true}, rep)
+	require.Equal(t, inspect.Report{Files: 8, Dirs: 17, Links: 2, Bytes: 20077, Extents: 7, Checksum: "sha512:" + hex.EncodeToString(sum[:]), OK: true}, rep)
 }
 
 func TestISOExtract(t *testing.T) {

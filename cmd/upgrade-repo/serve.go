@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/upgrade-repo/upgrade-repo/acquire"
-	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/isorepo"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
@@ -101,7 +101,7 @@ func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, gra
 		if err != nil {
 			return err
 		}
-		h, closer, err := agent.OpenRelease(ver.Path, src.Checksum, rm, a.log, ver.Verifier)
+		h, closer, err := isorepo.Open(ver.Path, src.Checksum, rm, a.log, ver.Verifier)
 		if err != nil {
 			_ = ver.Close()
 			return err

@@ -128,6 +128,11 @@ var rules = []rule{
 		forbidden: func(p string) bool { return !standard(p) },
 	},
 	{
+		name:      "isorepo joins the ISO reader to the repo server: never the agent, peer or preload",
+		applies:   under("isorepo"),
+		forbidden: ours("agent", "peer", "preload", "sequencer", "acquire", "cmd"),
+	},
+	{
 		name:      "chunks checks files: the standard library only",
 		applies:   under("chunks"),
 		forbidden: func(p string) bool { return !standard(p) },
@@ -234,6 +239,7 @@ func TestRulesBite(t *testing.T) {
 		"peer/serve sends what the cache holds: it neither fetches nor reads the directory":             {"peer/serve", module + "/peer/inventory"},
 		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
 		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
+		"isorepo joins the ISO reader to the repo server: never the agent, peer or preload":             {"isorepo", module + "/agent"},
 		"backoff and idle are policies: the standard library only":                                      {"idle", module + "/redact"},
 		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/redact"},
 		"httprange reads and writes ranges: redact and the standard library only":                       {"httprange", module + "/peer"},

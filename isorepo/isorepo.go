@@ -1,4 +1,4 @@
-package agent
+package isorepo
 
 import (
 	"fmt"
@@ -13,10 +13,11 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
 
-// OpenRelease opens the ISO at path, indexes it and parses its metadata: what /readyz waits for.
-// With v, every byte read or served is checked first (see chunks.Verifier). It returns the repo
-// handler of the release and what closes the file; "upgrade-repo serve" opens its ISO with it too.
-func OpenRelease(path string, sum checksum.Sum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
+// Open opens the ISO at path, indexes it and parses its metadata: what /readyz waits for. With v,
+// every byte read or served is checked first (see chunks.Verifier). It returns the repo handler of
+// the release and what closes the file. sum names the release's content (its ETags); when it is
+// zero, the volume ID, size and times of the file do.
+func Open(path string, sum checksum.Sum, m *repo.Metrics, log *slog.Logger, v *chunks.Verifier) (*repo.Handler, func() error, error) {
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {
