@@ -118,9 +118,9 @@ var rules = []rule{
 		forbidden: func(p string) bool { return !standard(p) },
 	},
 	{
-		name:      "httprange reads and writes ranges: redact and the standard library only",
+		name:      "httprange reads and writes ranges: redact, backoff, idle and the standard library only",
 		applies:   under("httprange"),
-		forbidden: func(p string) bool { return !standard(p) && p != module+"/redact" },
+		forbidden: func(p string) bool { return !standard(p) && !ours("redact", "backoff", "idle")(p) },
 	},
 	{
 		name:      "backoff and idle are policies: the standard library only",
@@ -131,6 +131,11 @@ var rules = []rule{
 		name:      "isorepo joins the ISO reader to the repo server: never the agent, peer or preload",
 		applies:   under("isorepo"),
 		forbidden: ours("agent", "peer", "preload", "sequencer", "acquire", "cmd"),
+	},
+	{
+		name:      "isorelease reads a release out of an ISO: never the daemons",
+		applies:   under("isorelease"),
+		forbidden: ours("agent", "peer", "preload", "sequencer", "acquire", "repo", "cmd"),
 	},
 	{
 		name:      "chunks checks files: the standard library only",
@@ -239,10 +244,11 @@ func TestRulesBite(t *testing.T) {
 		"peer/serve sends what the cache holds: it neither fetches nor reads the directory":             {"peer/serve", module + "/peer/inventory"},
 		"policy is pure: the standard library only":                                                     {"policy", "github.com/stretchr/testify/require"},
 		"chunks checks files: the standard library only":                                                {"chunks", module + "/peer"},
+		"isorelease reads a release out of an ISO: never the daemons":                                   {"isorelease", module + "/sequencer"},
 		"isorepo joins the ISO reader to the repo server: never the agent, peer or preload":             {"isorepo", module + "/agent"},
 		"backoff and idle are policies: the standard library only":                                      {"idle", module + "/redact"},
 		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/redact"},
-		"httprange reads and writes ranges: redact and the standard library only":                       {"httprange", module + "/peer"},
+		"httprange reads and writes ranges: redact, backoff, idle and the standard library only":        {"httprange", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
 		"no library package imports the commands":                                                       {"repo", module + "/cmd/upgrade-repo"},
 		"a node step talks to its node, its agent over HTTP and the API server, nothing of the daemons": {"nodestep/kubeadm", module + "/agent"},

@@ -1,0 +1,137 @@
+package isorelease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/release"
+)
+
+// Contents is what a release ISO holds, as far as judging an upgrade needs.
+type Contents struct {
+	// Release is the ISO's harvester-release.yaml.
+	Release *release.Release `json:"release"`
+	// Archives are the image archives of its bundle, each with its image list and size; empty
+	// when the ISO has no bundle.
+	Archives []Archive `json:"archives,omitempty"`
+	// Size is the ISO's size in bytes.
+	Size int64 `json:"size"`
+	// Requests and Bytes are what reading a remote ISO cost (0 for a local one).
+	Requests int64 `json:"requests,omitempty"`
+	Bytes    int64 `json:"bytes,omitempty"`
+}
+
+// Archive is one image archive of the bundle.
+type Archive struct {
+	release.Archive
+	// Images are the references of its image list, normalised.
+	Images []string `json:"images"`
+	// Size is the archive's size in bytes.
+	Size int64 `json:"size"`
+}
+
+// Images returns every image of every archive, without repeats, in archive order.
+func (c *Contents) Images() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range c.Archives {
+		for _, ref := range a.Images {
+			if !seen[ref] {
+				seen[ref] = true
+				out = append(out, ref)
+			}
+		}
+	}
+	return out
+}
+
+// IsISO reports whether src (a file name or a URL) names an ISO image: its path ends in ".iso".
+func IsISO(src string) bool {
+	p := src
+	if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		p = u.Path
+	}
+	return strings.EqualFold(path.Ext(p), ".iso")
+}
+
+// Open reads the release in the ISO at src: an http(s) URL, read through Range requests with hc,
+// or a local file. Errors name src redacted.
+func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.ReaderOption) (*Contents, error) {
+	u, err := url.Parse(src)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		r, err := httprange.Open(ctx, hc, src, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("ISO %s: %w", redact.URL(src), err)
+		}
+		c, err := Read(r, r.Size())
+		if c != nil {
+			c.Requests, c.Bytes = r.Stats()
+		}
+		if err != nil {
+			return c, fmt.Errorf("ISO %s: %w", redact.URL(src), err)
+		}
+		return c, nil
+	}
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	c, err := Read(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("ISO %s: %w", src, err)
+	}
+	return c, nil
+}
+
+// Read reads the release in the ISO image r of size bytes.
+func Read(r io.ReaderAt, size int64) (*Contents, error) {
+	fsys, err := iso.Open(r, size)
+	if err != nil {
+		return nil, err
+	}
+	return FromFS(fsys, size)
+}
+
+// FromFS reads the release in the file system of an ISO (or of an extracted tree) of size bytes.
+func FromFS(fsys fs.FS, size int64) (*Contents, error) {
+	rel, err := release.LoadRelease(fsys)
+	if err != nil {
+		return nil, err
+	}
+	c := &Contents{Release: rel, Size: size}
+	b, err := release.LoadBundle(fsys)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	for _, a := range b.Archives {
+		refs, err := release.LoadImageList(fsys, a)
+		if err != nil {
+			return c, err
+		}
+		st, err := fs.Stat(fsys, a.Archive)
+		if err != nil {
+			return c, fmt.Errorf("archive %s: %w", a.Archive, err)
+		}
+		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size()})
+	}
+	return c, nil
+}

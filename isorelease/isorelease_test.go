@@ -1,0 +1,74 @@
+package isorelease_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
+)
+
+// buildISO builds a release ISO in the product's layout with xorriso.
+func buildISO(t *testing.T) string {
+	t.Helper()
+	isotest.RequireXorriso(t)
+	src := t.TempDir()
+	files := map[string]string{
+		"harvester-release.yaml": "harvester: v1.6.0\nminUpgradableVersion: v1.5.0\nkubernetes: v1.33.3+rke2r1\n",
+		"bundle/metadata.yaml": "images:\n  common:\n  - list: harvester/images-lists/common.txt\n    archive: harvester/images/common.tar.zst\n" +
+			"  rke2:\n  - list: harvester/images-lists/rke2.txt\n    archive: harvester/images/rke2.tar.zst\n",
+		"bundle/harvester/images-lists/common.txt": "docker.io/library/nginx:1.27\nrancher/harvester:v1.6.0\n",
+		"bundle/harvester/images-lists/rke2.txt":   "rancher/rke2-runtime:v1.33.3-rke2r1\ndocker.io/library/nginx:1.27\n",
+		"bundle/harvester/images/common.tar.zst":   strings.Repeat("c", 300000),
+		"bundle/harvester/images/rke2.tar.zst":     strings.Repeat("r", 200000),
+	}
+	for p, body := range files {
+		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte(body), 0o644))
+	}
+	return isotest.Build(t, src)
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	path := buildISO(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/plain.iso" { // no ranges
+			b, _ := os.ReadFile(path)
+			_, _ = w.Write(b)
+			return
+		}
+		http.ServeFile(w, r, path)
+	}))
+	t.Cleanup(srv.Close)
+
+	for _, src := range []string{path, srv.URL + "/harvester-v1.6.0.iso?X-Amz-Signature=s"} {
+		require.True(t, isorelease.IsISO(src))
+		c, err := isorelease.Open(t.Context(), srv.Client(), src)
+		require.NoError(t, err, src)
+		require.Equal(t, "v1.6.0", c.Release.Harvester)
+		require.Equal(t, "v1.5.0", c.Release.MinUpgradableVersion)
+		require.Len(t, c.Archives, 2)
+		require.Equal(t, "common", c.Archives[0].Group)
+		require.Equal(t, int64(300000), c.Archives[0].Size)
+		require.Len(t, c.Archives[0].Images, 2)
+		require.Len(t, c.Images(), 3, "an image in two lists counts once")
+		st, _ := os.Stat(path)
+		require.Equal(t, st.Size(), c.Size)
+		if c.Requests > 0 {
+			require.LessOrEqual(t, c.Requests, int64(16))
+			require.LessOrEqual(t, c.Bytes, int64(1<<20))
+		}
+	}
+	_, err := isorelease.Open(t.Context(), srv.Client(), srv.URL+"/plain.iso")
+	require.ErrorIs(t, err, httprange.ErrNoRanges)
+	require.False(t, isorelease.IsISO("https://example.com/harvester-release.yaml"))
+	require.False(t, isorelease.IsISO("https://repo:8080"))
+}
