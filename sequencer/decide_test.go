@@ -108,6 +108,44 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{
+			name: "the ISO read from its URL holds another release: failed before any download", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyRelease = &release.Release{Harvester: "v1.5.9", MinUpgradableVersion: "v1.5.0"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "ReleaseMismatch", check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message, "the ISO holds release v1.5.9, the plan wants v1.6.0 (read from the ISO's URL, before any download)")
+				require.True(t, d.Status.Agents == nil || !d.Status.Agents.Hold, "no agent is told to hold the ISO")
+			}},
+		},
+		{
+			name: "the ISO read from its URL refuses the installed version: failed before any download", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyRelease = &release.Release{Harvester: "v1.6.0", MinUpgradableVersion: "v1.5.3"}
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "PolicyCheckFailed", check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message, "v1.5.3")
+				require.True(t, d.Status.Agents == nil || !d.Status.Agents.Hold, "no agent is told to hold the ISO")
+			}},
+		},
+		{
+			name: "the ISO read from its URL is accepted: judged again after the download", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyRelease = &release.Release{Harvester: "v1.6.0", MinUpgradableVersion: "v1.5.0"}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				c := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionReleaseJudged)
+				require.Equal(t, metav1.ConditionTrue, c.Status)
+				require.Equal(t, "BeforeDownload", c.Reason)
+			}},
+		},
+		{
+			name: "an origin without ranges: judged after the download", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyReleaseErr = errors.New("ISO http://o/iso: the origin does not serve ranges")
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				c := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionReleaseJudged)
+				require.Equal(t, metav1.ConditionFalse, c.Status)
+				require.Equal(t, "the release is judged after the download: ISO http://o/iso: the origin does not serve ranges", c.Message)
+			}},
+		},
+		{
 			name: "missing version waits", o: obs(v1beta1.PhaseInitializing, func(o *sequencer.Observation) { o.Version = nil }),
 			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending"},
 		},

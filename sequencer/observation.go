@@ -69,6 +69,12 @@ type Observation struct {
 	// MetadataPopulating.
 	Release    *release.Release
 	ReleaseErr error
+	// EarlyRelease is the release metadata read from the Version's ISO URL through Range
+	// requests, before any download; EarlyReleaseErr says why it is nil. Only in Initializing.
+	// Those bytes are not covered by the ISO's sha512 yet: they may refuse a plan, never allow
+	// one that the verified metadata would refuse.
+	EarlyRelease    *release.Release
+	EarlyReleaseErr error
 	// ClusterJob is the state of the cluster Job.
 	ClusterJob JobState
 	// NodeJobs are the states of the node Jobs by node name.

@@ -3,9 +3,11 @@ package sequencer
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
@@ -48,7 +52,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	switch plan.Status.Phase {
 	case v1beta1.PhaseInitializing:
 		if o.Version != nil {
-			o.ISOSize = r.isoSize(ctx, o.Version.Spec.ISOURL)
+			var c *isorelease.Contents
+			c, o.EarlyReleaseErr = r.early.read(ctx, r.http, o.Version.Spec.ISOURL)
+			if c != nil {
+				o.EarlyRelease, o.ISOSize = c.Release, c.Size
+			} else {
+				o.ISOSize = r.isoSize(ctx, o.Version.Spec.ISOURL)
+			}
 		}
 		if o.DrainWarnings, err = r.drainWarnings(ctx); err != nil {
 			return o, err
@@ -158,6 +168,35 @@ func attempt(l map[string]string) int {
 		return 0
 	}
 	return n
+}
+
+// earlyReads keeps the last release read from an ISO's URL before its download, so that the
+// reconciles of one Initializing phase read it once.
+type earlyReads struct {
+	mu  sync.Mutex
+	url string
+	c   *isorelease.Contents
+	err error
+	at  time.Time
+}
+
+// read returns the release in the ISO at isoURL, read through Range requests (isorelease), or
+// why it could not be read. A read, or a failure, is reused for a minute.
+func (e *earlyReads) read(ctx context.Context, hc *http.Client, isoURL string) (*isorelease.Contents, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.url == isoURL && time.Since(e.at) < time.Minute {
+		return e.c, e.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e.url, e.at = isoURL, time.Now()
+	e.c, e.err = isorelease.Open(ctx, hc, isoURL, httprange.WithReadTimeouts(10*time.Second,
+		backoff.Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2, Attempts: 3}))
+	if e.err != nil {
+		e.c = nil
+	}
+	return e.c, e.err
 }
 
 // isoSize asks the ISO's origin for its size (httprange.Probe: its first byte, not a HEAD, which

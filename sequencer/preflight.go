@@ -5,13 +5,16 @@ import (
 	"net/url"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
-func (d *decider) policyInput(releaseKnown bool) policy.Input {
+func (d *decider) policyInput(rel *release.Release) policy.Input {
 	p := d.o.Plan
 	in := policy.Input{
 		Current:         d.o.Installed.Version,
@@ -20,7 +23,7 @@ func (d *decider) policyInput(releaseKnown bool) policy.Input {
 		PlansInFlight:   d.o.PlansInFlight,
 		Force:           p.Spec.Force,
 		AllowPrerelease: p.Spec.AllowPrerelease,
-		ReleaseUnknown:  !releaseKnown,
+		ReleaseUnknown:  rel == nil,
 	}
 	if d.st.PreviousVersion != "" {
 		// Once started, the plan judges against the version it started from.
@@ -34,11 +37,33 @@ func (d *decider) policyInput(releaseKnown bool) policy.Input {
 		}
 		in.Kubelets[n.Name] = n.KubeletVersion
 	}
-	if releaseKnown && d.o.Release != nil {
-		in.MinUpgradableVersion = d.o.Release.MinUpgradableVersion
-		in.KubernetesTarget = d.o.Release.Kubernetes
+	if rel != nil {
+		in.MinUpgradableVersion = rel.MinUpgradableVersion
+		in.KubernetesTarget = rel.Kubernetes
 	}
 	return in
+}
+
+// judgeEarly refuses a plan whose ISO, read from its URL before any download, holds another
+// release than the plan's; the policies are then judged with that release (judge). Where the
+// ISO could not be read so, the plan goes on and says that it is judged after the download.
+func (d *decider) judgeEarly() bool {
+	rel := d.o.EarlyRelease
+	if rel == nil {
+		msg := "the release is judged after the download"
+		if d.o.EarlyReleaseErr != nil {
+			msg += ": " + d.o.EarlyReleaseErr.Error()
+		}
+		d.setCondition(v1beta1.ConditionReleaseJudged, metav1.ConditionFalse, "AfterDownload", msg)
+		return true
+	}
+	if rel.Harvester != d.o.Plan.Spec.Version {
+		d.fail("ReleaseMismatch", fmt.Sprintf("the ISO holds release %s, the plan wants %s (read from the ISO's URL, before any download)", rel.Harvester, d.o.Plan.Spec.Version))
+		return false
+	}
+	d.setCondition(v1beta1.ConditionReleaseJudged, metav1.ConditionTrue, "BeforeDownload",
+		"release "+rel.Harvester+" read from the ISO's URL and judged before any download; judged again once verified")
+	return true
 }
 
 // judge evaluates the policies and reports whether the plan may go on; it fails or stalls the
@@ -72,7 +97,7 @@ func (d *decider) initialize() {
 			return
 		}
 	}
-	if !d.judge(d.policyInput(false)) {
+	if !d.judgeEarly() || !d.judge(d.policyInput(d.o.EarlyRelease)) {
 		return
 	}
 	warnings, blocking := d.preflight()

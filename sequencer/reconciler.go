@@ -95,6 +95,7 @@ type Reconciler struct {
 	image        string
 	sucNamespace string
 	http         *http.Client
+	early        earlyReads
 	cfg          Config
 	now          func() time.Time
 	keepPods     labels.Selector

@@ -129,6 +129,10 @@ const (
 	// ConditionDegraded is True while the plan cannot proceed, with the reason, and after it
 	// failed.
 	ConditionDegraded = "Degraded"
+	// ConditionReleaseJudged is True when the release was read from the ISO's URL and judged
+	// before any download, False when it is judged only after the download (the origin does
+	// not serve ranges, or could not be read).
+	ConditionReleaseJudged = "ReleaseJudged"
 )
 
 // PhaseTransitionTimestamp records when the plan entered a phase.
