@@ -6,14 +6,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
+	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
 
 const isoUsage = `usage: upgrade-repo iso <command> [flags] ISO [...]
+
+ISO is a file or an http(s) URL; a URL is read through Range requests, without downloading it.
 
   ls [-R] [-l] [-o json] ISO [PATH]   list a directory (or one file)
   stat [-o json] ISO PATH             describe a file: type, mode, size, owner, time, extents
@@ -87,8 +93,25 @@ type isoImage struct {
 	close func() error
 }
 
-// isoOpen opens the image file name.
-func isoOpen(_ context.Context, _ *app, name string) (*isoImage, error) {
+// isoOpen opens the image name: a file, or an http(s) URL read through Range requests without
+// downloading it (a few hundred KB for a listing or the release metadata).
+func isoOpen(ctx context.Context, a *app, name string) (*isoImage, error) {
+	if repoclient.IsURL(name) {
+		r, err := httprange.Open(ctx, &http.Client{Timeout: 5 * time.Minute}, name)
+		if err != nil {
+			return nil, err
+		}
+		fsys, err := iso.Open(r, r.Size())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", redact.URL(name), err)
+		}
+		done := func() error {
+			reqs, n := r.Stats()
+			a.log.Debug("remote ISO read", "url", redact.URL(name), "size", r.Size(), "requests", reqs, "bytes", n)
+			return nil
+		}
+		return &isoImage{ra: r, fsys: fsys, size: r.Size(), close: done}, nil
+	}
 	fsys, f, err := iso.OpenFile(name)
 	if err != nil {
 		return nil, err

@@ -8,9 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,4 +281,43 @@ func requireSameTree(t *testing.T, src, dst string) {
 	m := 0
 	require.NoError(t, filepath.WalkDir(dst, func(string, fs.DirEntry, error) error { m++; return nil }))
 	require.Equal(t, n, m)
+}
+
+// Every read-only command works on a URL as on the file, reading it through Range requests; an
+// origin that ignores ranges is refused with a clear error and the secret of its URL kept.
+func TestISOCommandsOnAURL(t *testing.T) {
+	t.Parallel()
+	_, img := isoTestImage(t)
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if r.URL.Path == "/plain.iso" {
+			r.Header.Del("Range")
+		}
+		http.ServeFile(w, r, img)
+	}))
+	t.Cleanup(srv.Close)
+	url := srv.URL + "/release.iso?X-Amz-Signature=secret"
+	for _, args := range [][]string{
+		{"ls", "-R", "-l", "%s"},
+		{"stat", "-o", "json", "%s", "/bundle/harvester/images/a.tar.zst"},
+		{"cat", "%s", "/harvester-release.yaml"},
+		{"info", "%s"},
+		{"verify", "%s"},
+	} {
+		local, remote := slices.Clone(args), slices.Clone(args)
+		for i, a := range args {
+			if a == "%s" {
+				local[i], remote[i] = img, url
+			}
+		}
+		want, _, err := runISOTest(t, local...)
+		require.NoError(t, err, local)
+		got, _, err := runISOTest(t, remote...)
+		require.NoError(t, err, remote)
+		require.Equal(t, want, got, "iso %s on the URL reads as on the file", args[0])
+	}
+	_, _, err := runISOTest(t, "ls", srv.URL+"/plain.iso?X-Amz-Signature=secret")
+	require.ErrorContains(t, err, "does not serve ranges")
+	require.NotContains(t, err.Error(), "secret")
 }

@@ -1,8 +1,8 @@
 // Package repoclient reads a release's metadata from where it is published: a repo server's base
-// URL (GET /v1/release, the parsed metadata as JSON), a URL of harvester-release.yaml itself, or a
-// local file.
+// URL (GET /v1/release, the parsed metadata as JSON), a URL of harvester-release.yaml itself, a
+// release ISO (package isorelease) or a local file.
 //
-// Imports: release, redact and HTTP; nothing of the node's side.
+// Imports: release, isorelease, redact and HTTP; nothing of the node's side.
 package repoclient
 
 import (
@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
@@ -32,9 +33,20 @@ func IsURL(src string) bool {
 }
 
 // Load reads a release from src: a file name, a URL ending in .yaml or .yml (the raw
-// harvester-release.yaml), or a repo server's base URL (its /v1/release). hc is used for URLs;
-// http.DefaultClient when nil.
+// harvester-release.yaml), a release ISO (a file or URL ending in .iso, read in place or through
+// Range requests, package isorelease), or a repo server's base URL (its /v1/release). hc is used
+// for URLs; http.DefaultClient when nil.
 func Load(ctx context.Context, hc *http.Client, src string) (*release.Release, error) {
+	if isorelease.IsISO(src) {
+		if hc == nil {
+			hc = http.DefaultClient
+		}
+		c, err := isorelease.Open(ctx, hc, src)
+		if err != nil {
+			return nil, err
+		}
+		return c.Release, nil
+	}
 	if !IsURL(src) {
 		data, err := readFile(src)
 		if err != nil {
