@@ -53,8 +53,11 @@ const (
 	ActionApplySUCPlans ActionKind = "ApplySUCPlans"
 	// ActionCleanUp deletes the Jobs and system-upgrade-controller Plans the plan created.
 	ActionCleanUp ActionKind = "CleanUp"
-	// ActionRecordInstalled writes InstalledConfigMap with the plan's version.
+	// ActionRecordInstalled writes InstalledConfigMap with the plan's version and marks its
+	// Version Installed (the one installed before Superseded).
 	ActionRecordInstalled ActionKind = "RecordInstalled"
+	// ActionRecordDownloaded marks the plan's Version Downloaded and Verified.
+	ActionRecordDownloaded ActionKind = "RecordDownloaded"
 )
 
 // Action is one thing to do.
