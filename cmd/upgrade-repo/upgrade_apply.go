@@ -185,7 +185,8 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	}
 	fmt.Fprintf(w, "\n%s version %s; created upgradeplan %s. Following it (an interrupt stops following, not the upgrade).\n\n", verb, v.Name, p.Name)
 	return followWithTimeout(ctx, env.c, p.Name, o.timeout, func(ctx context.Context) error {
-		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true}, env.now)
+		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true,
+			namespace: o.namespace, terminal: stdoutTerminal(a)}, env.now)
 	})
 }
 

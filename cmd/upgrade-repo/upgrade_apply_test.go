@@ -128,7 +128,7 @@ func TestUpgradeApply(t *testing.T) {
 		{
 			name: "creates the Version and the plan and follows it to Succeeded", opts: applyOpts(nil), phase: v1beta1.PhaseSucceeded,
 			wantVersions: []string{"v1.6.0"}, wantPlans: []string{"to-v1-6-0"},
-			wantOut: []string{"Version:   v1.6.0 (to create)", "The upgrade is allowed.", "Created version v1.6.0; created upgradeplan to-v1-6-0", "Phase:     Succeeded"},
+			wantOut: []string{"Version:   v1.6.0 (to create)", "The upgrade is allowed.", "Created version v1.6.0; created upgradeplan to-v1-6-0", "Phase:       Succeeded", "Installed:   v1.5.2"},
 		},
 		{
 			name: "names given, checksum from the .sha512 file beside the ISO", phase: v1beta1.PhaseSucceeded,
