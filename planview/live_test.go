@@ -57,7 +57,7 @@ func liveViews() []*Plan {
 		phases := upTo(s.phase)
 		st := v1beta1.UpgradePlanStatus{
 			Phase: s.phase, PhaseTransitionTimestamps: transitions(50*time.Second*time.Duration(len(phases))/2, phases...),
-			Conditions: conditions(true, s.degraded, "AgentNotReporting", "node-c: the agent has not reported since 2025-06-01T10:02:40Z", 170*time.Second),
+			Conditions:      conditions(true, s.degraded, "AgentNotReporting", "node-c: the agent has not reported since 2025-06-01T10:02:40Z", 170*time.Second),
 			PreviousVersion: "v1.5.2", Warnings: s.warnings, NodeUpgradeStatuses: s.nodes,
 		}
 		if !s.degraded {
