@@ -81,6 +81,8 @@ func (r *VersionReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	probe, err := probeISO(pctx, r.http, v.Spec.ISOURL)
 	cancel()
+	// A URL that does not answer is the Version's state, recorded below; not a failed reconcile.
+	reachable := err == nil
 	cond := metav1.Condition{Type: v1beta1.VersionURLReachable, ObservedGeneration: v.Generation,
 		LastTransitionTime: metav1.NewTime(r.now().UTC().Truncate(time.Second))}
 	switch {
@@ -99,7 +101,7 @@ func (r *VersionReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	meta.SetStatusCondition(&v.Status.Conditions, cond)
 	v.Status.ObservedGeneration = v.Generation
-	if err == nil {
+	if reachable {
 		v.Status.ISOSize = probe.size
 	}
 	if uerr := r.c.Status().Update(ctx, &v); uerr != nil {
@@ -108,7 +110,7 @@ func (r *VersionReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 		return reconcile.Result{}, fmt.Errorf("update status of version %s: %w", v.Name, uerr)
 	}
-	if err != nil {
+	if !reachable {
 		return reconcile.Result{RequeueAfter: r.recheck}, nil
 	}
 	return reconcile.Result{}, nil
