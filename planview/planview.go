@@ -31,6 +31,11 @@ type Node struct {
 	// KubeletVersion is the version the node's kubelet reports now (status.nodeInfo); empty
 	// when unknown.
 	KubeletVersion string
+	// ISOBytesDone and ISOBytesTotal are the node's download of the plan's ISO as its agent
+	// reports it (its RepoNode's status.iso); 0 when unknown.
+	ISOBytesDone int64
+	// ISOBytesTotal is the ISO's size as the agent reports it.
+	ISOBytesTotal int64
 }
 
 // Plan is one UpgradePlan as the operator reads it. WriteJSON prints it as it is: its JSON field
@@ -68,6 +73,9 @@ type Plan struct {
 	Warnings []string `json:"warnings"`
 	// Retries counts the times the plan was resumed after it failed.
 	Retries int `json:"retries"`
+	// Installed is the version the cluster runs as recorded (a Version's Installed condition,
+	// else the installed-version ConfigMap); set by the caller, empty when unknown.
+	Installed string `json:"installed"`
 	// Release is the target release's metadata as the sequencer read it (the CRD's
 	// status.releaseMetadata, same field names); null until it was read.
 	Release *v1beta1.ReleaseMetadata `json:"release"`
@@ -115,6 +123,11 @@ type NodeStatus struct {
 	BytesDone int64 `json:"bytesDone"`
 	// BytesTotal is how many archive bytes there are to preload.
 	BytesTotal int64 `json:"bytesTotal"`
+	// DownloadBytesDone and DownloadBytesTotal are the node's download of the ISO, as the
+	// caller's Node gives it.
+	DownloadBytesDone int64 `json:"downloadBytesDone"`
+	// DownloadBytesTotal is the ISO's size.
+	DownloadBytesTotal int64 `json:"downloadBytesTotal"`
 	// PreloadPercent is the share of the preload done, 0 to 100, by bytes when their total is
 	// known, else by images; null when there is nothing to count.
 	PreloadPercent *int `json:"preloadPercent"`
@@ -183,6 +196,7 @@ func New(plan *v1beta1.UpgradePlan, nodes []Node, now time.Time) *Plan {
 		if row.KubeletVersion == "" {
 			row.KubeletVersion = n.KubeletVersion
 		}
+		row.DownloadBytesDone, row.DownloadBytesTotal = n.ISOBytesDone, n.ISOBytesTotal
 		p.Nodes = append(p.Nodes, row)
 	}
 	var rest []string

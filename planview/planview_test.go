@@ -275,7 +275,7 @@ func TestJSONFields(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{
 		"name", "version", "previousVersion", "phase", "failedPhase", "time", "startTime", "phaseTime",
-		"finishTime", "elapsedSeconds", "phaseElapsedSeconds", "degraded", "warnings", "retries", "release", "nodes",
+		"finishTime", "elapsedSeconds", "phaseElapsedSeconds", "degraded", "warnings", "retries", "installed", "release", "nodes",
 	}, keys(doc))
 	nodes, ok := doc["nodes"].([]any)
 	require.True(t, ok)
@@ -285,6 +285,7 @@ func TestJSONFields(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"name", "state", "reason", "message", "stateTime", "lastProgressTime", "kubeletVersionBefore",
 		"kubeletVersion", "targetKubeletVersion", "imagesDone", "imagesTotal", "bytesDone", "bytesTotal", "preloadPercent",
+		"downloadBytesDone", "downloadBytesTotal",
 	}, keys(node))
 	require.Equal(t, StatePending, node["state"])
 	require.Equal(t, []any{}, doc["warnings"])

@@ -37,6 +37,9 @@ func WriteText(w io.Writer, p *Plan) error {
 	tw := tabwriter.NewWriter(&b, 6, 4, 3, ' ', 0)
 	fmt.Fprintf(tw, "Plan:\t%s\n", p.Name)
 	fmt.Fprintf(tw, "Version:\t%s -> %s\n", orUnknown(p.PreviousVersion), orUnknown(p.Version))
+	if p.Installed != "" {
+		fmt.Fprintf(tw, "Installed:\t%s\n", p.Installed)
+	}
 	if r := releaseLine(p.Release); r != "" {
 		fmt.Fprintf(tw, "Release:\t%s\n", r)
 	}

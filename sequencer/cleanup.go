@@ -60,5 +60,5 @@ func (r *Reconciler) recordInstalled(ctx context.Context, plan *v1beta1.UpgradeP
 			return fmt.Errorf("update configmap %s/%s: %w", want.Namespace, want.Name, err)
 		}
 	}
-	return nil
+	return r.recordInstalledVersions(ctx, plan)
 }

@@ -53,8 +53,11 @@ const (
 	ActionApplySUCPlans ActionKind = "ApplySUCPlans"
 	// ActionCleanUp deletes the Jobs and system-upgrade-controller Plans the plan created.
 	ActionCleanUp ActionKind = "CleanUp"
-	// ActionRecordInstalled writes InstalledConfigMap with the plan's version.
+	// ActionRecordInstalled writes InstalledConfigMap with the plan's version and marks its
+	// Version Installed (the one installed before Superseded).
 	ActionRecordInstalled ActionKind = "RecordInstalled"
+	// ActionRecordDownloaded marks the plan's Version Downloaded and Verified.
+	ActionRecordDownloaded ActionKind = "RecordDownloaded"
 )
 
 // Action is one thing to do.
@@ -149,8 +152,9 @@ func Decide(cfg Config, o Observation) Decision {
 }
 
 // recordVersions records, for every node the plan has a status for, the kubelet version it
-// reported when the plan first saw it (never overwritten), the one it reports now, and the
-// release's Kubernetes version once the metadata is known. None of it is progress.
+// reported when the plan first saw it (never overwritten), the one it reports now, the
+// release's Kubernetes version once the metadata is known, and its boot ID (a new one is a
+// reboot, told by an event). None of it is progress.
 func (d *decider) recordVersions() {
 	target := ""
 	if m := d.st.ReleaseMetadata; m != nil {
@@ -169,6 +173,12 @@ func (d *decider) recordVersions() {
 		}
 		if target != "" {
 			s.TargetKubeletVersion = target
+		}
+		if n.BootID != "" && n.BootID != s.BootID {
+			if s.BootID != "" {
+				d.event("NodeRebooted", "node %s rebooted: its boot ID changed", n.Name)
+			}
+			s.BootID = n.BootID
 		}
 		d.st.NodeUpgradeStatuses[n.Name] = s
 	}
@@ -199,12 +209,29 @@ func (d *decider) setCondition(typ string, status metav1.ConditionStatus, reason
 	})
 }
 
-// enter moves the plan to phase p.
+// event records a Normal event on the plan, once the status that comes with it is written.
+func (d *decider) event(reason, format string, args ...any) {
+	d.out.Events = append(d.out.Events, Event{Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// enter moves the plan to phase p, with an event that says the step began, or ended and how
+// long it took.
 func (d *decider) enter(p v1beta1.Phase) {
+	msg := "phase " + string(p) + " began"
+	switch {
+	case p == v1beta1.PhaseSucceeded:
+		msg = "the plan succeeded: version " + d.o.Plan.Spec.Version + " is installed"
+	case !isRunningPhase(p):
+		for _, s := range Steps {
+			if s.Done == p && d.st.Phase == s.Running {
+				msg = fmt.Sprintf("phase %s ended after %s", s.Running, d.now.Sub(d.enteredAt()).Round(time.Second))
+			}
+		}
+	}
 	d.st.Phase = p
 	d.st.PhaseTransitionTimestamps = append(d.st.PhaseTransitionTimestamps,
 		v1beta1.PhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: d.now})
-	d.out.Events = append(d.out.Events, Event{Reason: string(p), Message: "the plan entered phase " + string(p)})
+	d.event(string(p), "%s", msg)
 	d.setCondition(v1beta1.ConditionDegraded, metav1.ConditionFalse, string(p), "")
 	if p == v1beta1.PhaseSucceeded {
 		d.setCondition(v1beta1.ConditionAvailable, metav1.ConditionTrue, string(p), "version "+d.o.Plan.Spec.Version+" is installed")

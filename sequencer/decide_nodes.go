@@ -84,6 +84,7 @@ func (d *decider) cordoned(r *nodeRound, n NodeInfo) {
 		if !d.o.NodeJobs[n.Name].Exists {
 			d.act(ActionCreateNodeJob, n.Name)
 		}
+		d.event("NodeDrained", "node %s cordoned and drained; its node Job starts", n.Name)
 		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 			s.State, s.Reason, s.Message = v1beta1.NodeUpgrading, "", "the node Job runs"
 		})
@@ -108,6 +109,7 @@ func (d *decider) upgrading(r *nodeRound, n NodeInfo) {
 		// The step is done (across a reboot, if it rebooted the node): let the node take pods
 		// again, and wait for it to be whole before the next one starts.
 		d.act(ActionUncordon, n.Name)
+		d.event("NodeStepped", "node %s: the node step succeeded; uncordoned, waiting for it to rejoin", n.Name)
 		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 			s.State, s.Reason, s.Message = v1beta1.NodeRejoining, "", "the node step succeeded"
 		})
@@ -178,6 +180,7 @@ func (d *decider) rejoining(r *nodeRound, n NodeInfo) {
 		r.working = append(r.working, n.Name)
 		return
 	}
+	d.event("NodeRejoined", "node %s rejoined: Ready, schedulable, its agent serving; upgraded", n.Name)
 	d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 		s.State, s.Reason, s.Message = v1beta1.NodeUpgraded, "", ""
 	})

@@ -45,6 +45,7 @@ func (d *decider) isoDownloading() {
 		}
 		d.wait("ISODownloading", "waiting for "+strings.Join(waiting, "; "), stallAfter, false)
 	default:
+		d.out.Actions = append(d.out.Actions, Action{Kind: ActionRecordDownloaded})
 		d.enter(v1beta1.PhaseISODownloaded)
 	}
 }

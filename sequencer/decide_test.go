@@ -173,7 +173,7 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{name: "done phase moves on", o: obs(v1beta1.PhaseInitialized), want: want{phase: v1beta1.PhaseISODownloading}},
-		{name: "all ISOs ready", o: obs(v1beta1.PhaseISODownloading), want: want{phase: v1beta1.PhaseISODownloaded}},
+		{name: "all ISOs ready", o: obs(v1beta1.PhaseISODownloading), want: want{phase: v1beta1.PhaseISODownloaded, actions: []sequencer.Action{{Kind: sequencer.ActionRecordDownloaded}}}},
 		{
 			name: "an ISO downloading waits", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
 				o.RepoNodes["w-1"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISODownloading, BytesDone: 25, BytesTotal: 100}

@@ -16,6 +16,9 @@ type NodeInfo struct {
 	// KubeletVersion is the version the node's kubelet reports (status.nodeInfo.kubeletVersion);
 	// empty when unknown.
 	KubeletVersion string
+	// BootID is the node's boot ID (status.nodeInfo.bootID), which changes when it reboots;
+	// empty when unknown.
+	BootID string
 }
 
 // JobState is what a Job the plan created has come to.

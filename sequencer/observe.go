@@ -39,7 +39,8 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
 		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
-			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion})
+			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion,
+			BootID: n.Status.NodeInfo.BootID})
 	}
 	var rns v1beta1.RepoNodeList
 	if err := r.c.List(ctx, &rns); err != nil {

@@ -42,6 +42,7 @@ import (
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans/finalizers,verbs=update
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=versions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=management.harvesterhci.io,resources=versions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=reponodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -93,6 +94,7 @@ type Reconciler struct {
 	service      string
 	repoURL      string
 	image        string
+	imageRepo    string
 	sucNamespace string
 	http         *http.Client
 	early        earlyReads
@@ -120,6 +122,12 @@ func WithRepoURL(u string) Option { return func(r *Reconciler) { r.repoURL = u }
 
 // WithUpgradeImage sets the upgrade image used when a plan names none.
 func WithUpgradeImage(image string) Option { return func(r *Reconciler) { r.image = image } }
+
+// WithUpgradeImageRepository sets the repository of the upgrade image used when neither the plan
+// nor WithUpgradeImage names one: the image is the repository tagged with the plan's version.
+func WithUpgradeImageRepository(repo string) Option {
+	return func(r *Reconciler) { r.imageRepo = repo }
+}
 
 // WithSUCNamespace sets system-upgrade-controller's namespace ("cattle-system" by default).
 func WithSUCNamespace(ns string) Option { return func(r *Reconciler) { r.sucNamespace = ns } }
@@ -327,13 +335,23 @@ func (r *Reconciler) apply(ctx context.Context, plan *v1beta1.UpgradePlan, o Obs
 		return nil, r.cleanUp(ctx, plan)
 	case ActionRecordInstalled:
 		return nil, r.recordInstalled(ctx, plan, o)
+	case ActionRecordDownloaded:
+		return nil, r.recordDownloaded(ctx, plan, len(o.Nodes))
 	}
 	return nil, fmt.Errorf("unknown action %q", a.Kind)
 }
 
+// upgradeImage is the image of the plan's Jobs: spec.upgrade, else the sequencer's default
+// image, else the default repository tagged with the plan's version (as the upgrade design
+// derives rancher/harvester-upgrade:v1.5.2 from a plan to v1.5.2).
 func (r *Reconciler) upgradeImage(plan *v1beta1.UpgradePlan) string {
-	if plan.Spec.Upgrade != nil && *plan.Spec.Upgrade != "" {
+	switch {
+	case plan.Spec.Upgrade != nil && *plan.Spec.Upgrade != "":
 		return *plan.Spec.Upgrade
+	case r.image != "":
+		return r.image
+	case r.imageRepo != "" && plan.Spec.Version != "":
+		return r.imageRepo + ":" + plan.Spec.Version
 	}
-	return r.image
+	return ""
 }

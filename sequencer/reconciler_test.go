@@ -141,7 +141,7 @@ func newClusterOf(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Objec
 	k.recorder = events.NewFakeRecorder(1000)
 	k.c = fake.NewClientBuilder().WithScheme(testScheme(t)).
 		WithObjects(objs...).
-		WithStatusSubresource(&v1beta1.UpgradePlan{}, &v1beta1.RepoNode{}, &batchv1.Job{}).
+		WithStatusSubresource(&v1beta1.UpgradePlan{}, &v1beta1.RepoNode{}, &v1beta1.Version{}, &batchv1.Job{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", sequencer.PodNodeIndexer).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {

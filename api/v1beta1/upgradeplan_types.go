@@ -205,6 +205,10 @@ type NodeUpgradeStatus struct {
 	// TargetKubeletVersion is the kubelet version the release brings (its Kubernetes version).
 	// +optional
 	TargetKubeletVersion string `json:"targetKubeletVersion,omitempty"`
+	// BootID is the node's boot ID as the plan last saw it: when the node reports another one,
+	// it rebooted, and the plan records an event NodeRebooted.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
 	// LastProgressTime is when the node last moved: a new state or reason, or more bytes or
 	// images done. A node that has not moved for the sequencer's node stall time makes the
 	// plan Degraded.

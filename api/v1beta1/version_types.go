@@ -23,12 +23,50 @@ type VersionSpec struct {
 	Tags []string `json:"tags,omitempty"`
 }
 
+// Condition types of a Version. Each condition's lastTransitionTime says when it last changed:
+// when the ISO was downloaded, verified, installed.
+const (
+	// VersionURLReachable is True when the ISO's URL answered a one-byte range request with its
+	// size (reason RangesSupported), or with the whole file (reason RangesUnsupported: downloads
+	// can be neither split between nodes nor resumed); False with the reason when it did not
+	// answer. The sequencer checks it when the Version is created or its spec changes.
+	VersionURLReachable = "URLReachable"
+	// VersionDownloaded is True once a plan had the ISO on every node.
+	VersionDownloaded = "Downloaded"
+	// VersionVerified is True once every node verified its copy against isoChecksum.
+	VersionVerified = "Verified"
+	// VersionInstalled is True while the Version is the one the cluster runs: set by the plan
+	// that installed it, False (reason Superseded) once another one is installed.
+	VersionInstalled = "Installed"
+)
+
+// VersionStatus is the sequencer's record of a Version.
+type VersionStatus struct {
+	// Conditions are URLReachable, Downloaded, Verified and Installed.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ISOSize is the ISO's size in bytes as its origin announced it; 0 when unknown.
+	// +optional
+	ISOSize int64 `json:"isoSize,omitempty"`
+	// InstalledBy names the UpgradePlan that installed the Version.
+	// +optional
+	InstalledBy string `json:"installedBy,omitempty"`
+	// ObservedGeneration is the generation of the spec URLReachable was checked against.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
 // Version is a release that can be installed. Its name is the release's version (v1.5.2).
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=hv
 // +kubebuilder:printcolumn:name="ISO",type=string,JSONPath=`.spec.isoURL`
 // +kubebuilder:printcolumn:name="RELEASED",type=string,JSONPath=`.spec.releaseDate`
+// +kubebuilder:printcolumn:name="REACHABLE",type=string,JSONPath=`.status.conditions[?(@.type=="URLReachable")].status`
+// +kubebuilder:printcolumn:name="INSTALLED",type=string,JSONPath=`.status.conditions[?(@.type=="Installed")].status`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 type Version struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -36,6 +74,9 @@ type Version struct {
 
 	// Spec describes the release ISO.
 	Spec VersionSpec `json:"spec"`
+	// Status is the sequencer's record of the Version.
+	// +optional
+	Status VersionStatus `json:"status,omitempty"`
 }
 
 // VersionList is a list of Versions.

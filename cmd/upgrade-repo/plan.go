@@ -100,6 +100,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.Usage = func() {
 		fmt.Fprintln(a.stderr, "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]")
 		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE --to VERSION [--release FILE|URL] [flags]")
+		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE   (the cluster's Versions, judged: which it can upgrade to)")
 		fset.PrintDefaults()
 	}
 	if help, err := parseFlags(fset, args); help || err != nil {
@@ -113,9 +114,6 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	}
 	var c client.Reader
 	if o.kubeconfig != "" {
-		if o.to == "" {
-			return fmt.Errorf("%w: --kubeconfig needs --to VERSION", errUsage)
-		}
 		var sv discovery.ServerVersionInterface
 		var err error
 		if c, sv, err = clusterReader(o.kubeconfig); err != nil {
@@ -130,6 +128,18 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 		}
 	} else if o.current == "" || o.release == "" {
 		return fmt.Errorf("%w: give --current and --release, or --kubeconfig and --to", errUsage)
+	}
+	if c != nil && o.to == "" {
+		// No target: every Version of the cluster, judged.
+		if o.output == "json" {
+			vs, err := planVersions(ctx, nil, c, o, &http.Client{Timeout: 30 * time.Second})
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(a.stdout).Encode(vs)
+		}
+		_, err := planVersions(ctx, a.stdout, c, o, &http.Client{Timeout: 30 * time.Second})
+		return err
 	}
 	rep, err := makePlan(ctx, o, c, &http.Client{Timeout: 30 * time.Second})
 	if err != nil {

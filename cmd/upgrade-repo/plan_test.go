@@ -209,7 +209,6 @@ func TestPlanBadInput(t *testing.T) {
 	}{
 		{name: "nothing", args: nil, usage: true, wantErr: "give --current and --release"},
 		{name: "no release", args: []string{"--current", "v1.5.2"}, usage: true},
-		{name: "kubeconfig without to", args: []string{"--kubeconfig", "/nonexistent"}, usage: true, wantErr: "--kubeconfig needs --to"},
 		{name: "bad output", args: []string{"--current", "v1.5.2", "--release", target, "-o", "yaml"}, usage: true},
 		{name: "stray argument", args: []string{"--current", "v1.5.2", "--release", target, "extra"}, usage: true},
 		{name: "missing file", args: []string{"--current", "v1.5.2", "--release", "/nonexistent/r.yaml"}, wantErr: "target release: read release"},

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
@@ -36,6 +37,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	service := fset.String("service", "upgrade-repo", "`name` of the repo Service")
 	repoURL := fset.String("repo-url", "", "base `URL` of the repo Service (http://SERVICE.NAMESPACE.svc, port 80, when empty)")
 	image := fset.String("upgrade-image", "", "upgrade `image` for plans that name none")
+	imageRepo := fset.String("upgrade-image-repository", "", "with no --upgrade-image, plans that name no image run this `repository` tagged with their version")
+	seed := fset.String("installed-version", "", "the `version` the cluster runs, recorded once at start when nothing records one yet (the ConfigMap "+sequencer.InstalledConfigMap+" is created, never overwritten)")
 	sucNamespace := fset.String("suc-namespace", "cattle-system", "system-upgrade-controller's `namespace`")
 	leaderElect := fset.Bool("leader-elect", true, "elect a leader among replicas")
 	leaseNamespace := fset.String("leader-election-namespace", "", "`namespace` of the leader lease (--namespace when empty)")
@@ -107,6 +110,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		sequencer.WithService(*service),
 		sequencer.WithRepoURL(*repoURL),
 		sequencer.WithUpgradeImage(*image),
+		sequencer.WithUpgradeImageRepository(*imageRepo),
 		sequencer.WithSUCNamespace(*sucNamespace),
 		sequencer.WithEventRecorder(mgr.GetEventRecorder("upgrade-repo-sequencer")),
 		sequencer.WithConfig(sequencer.Config{StallAfter: *stallAfter, HeartbeatTimeout: *heartbeat, Poll: *poll, StepStallAfter: *stepStall}),
@@ -122,6 +126,27 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
+	}
+	vr, err := sequencer.NewVersionReconciler(mgr.GetClient(), a.log.With("component", "versions"), nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := vr.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The leader seeds the installed version once its cache is running.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		created, err := sequencer.SeedInstalled(ctx, mgr.GetClient(), ns, *seed)
+		if err != nil {
+			a.log.Error("seed the installed version", "version", *seed, "err", err)
+			return nil
+		}
+		if created {
+			a.log.Info("installed version seeded", "version", *seed)
+		}
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add the installed version's seed: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
@@ -169,7 +171,13 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 		return fmt.Errorf("%w (%s failed): nothing was created", errNotAllowed, strings.Join(failed, ", "))
 	}
 	if o.dryRun {
-		return printDrains(ctx, w, env.c, o.namespace)
+		if exists {
+			// The cluster's Version knows the ISO's size (the sequencer's check of its URL).
+			if err := env.c.Get(ctx, client.ObjectKeyFromObject(v), v); err != nil {
+				return fmt.Errorf("get version %s: %w", v.Name, err)
+			}
+		}
+		return printDrains(ctx, w, env.c, o.namespace, v)
 	}
 	if !o.yes {
 		if err := confirm(w, env.stdin, env.interactive, "Proceed?", "nothing was created"); err != nil {
@@ -185,7 +193,8 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	}
 	fmt.Fprintf(w, "\n%s version %s; created upgradeplan %s. Following it (an interrupt stops following, not the upgrade).\n\n", verb, v.Name, p.Name)
 	return followWithTimeout(ctx, env.c, p.Name, o.timeout, func(ctx context.Context) error {
-		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true}, env.now)
+		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true,
+			namespace: o.namespace, terminal: stdoutTerminal(a)}, env.now)
 	})
 }
 
@@ -206,7 +215,7 @@ func confirm(w io.Writer, in io.Reader, interactive bool, question, undone strin
 
 // printDrains prints what a dry run adds to the judgement: each node in upgrade order, with
 // the pods its drain would evict now.
-func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace string) error {
+func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace string, v *v1beta1.Version) error {
 	keep, err := labels.Parse(sequencerPods)
 	if err != nil {
 		return fmt.Errorf("sequencer pods selector: %w", err)
@@ -228,6 +237,45 @@ func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace st
 		}
 		fmt.Fprintf(w, "  %s%s: %d pods to evict: %s\n", d.Node, role, len(d.Pods), strings.Join(d.Pods, ", "))
 	}
+	nodes := make([]string, 0, len(drains))
+	for _, d := range drains {
+		nodes = append(nodes, d.Node)
+	}
+	needs, err := planctl.DiskPreview(ctx, c, v, nodes)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nDisk and images per node (the ISO into the agent's cache, then the release's images into containerd;")
+	fmt.Fprintln(w, "what the node's agent already reports for this ISO is left out):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NODE\tISO TO DOWNLOAD\tCACHE FREE\tFITS\tIMAGES TO PRELOAD\tARCHIVE BYTES")
+	for _, n := range needs {
+		images := "unknown until the ISO is read"
+		if n.ImagesTotal != planctl.Unknown {
+			images = fmt.Sprintf("%d of %d", n.ImagesLeft, n.ImagesTotal)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Node, sizeOrUnknown(n.ISOBytes), sizeOrUnknown(n.FreeBytes), n.Fits, images, sizeOrUnknown(n.PreloadBytes))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	_, err = fmt.Fprintln(w, "\nDry run: nothing was created.")
 	return err
+}
+
+// sizeOrUnknown prints a byte count for humans, "unknown" for planctl.Unknown.
+func sizeOrUnknown(n int64) string {
+	if n == planctl.Unknown {
+		return "unknown"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

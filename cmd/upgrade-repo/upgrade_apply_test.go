@@ -128,7 +128,7 @@ func TestUpgradeApply(t *testing.T) {
 		{
 			name: "creates the Version and the plan and follows it to Succeeded", opts: applyOpts(nil), phase: v1beta1.PhaseSucceeded,
 			wantVersions: []string{"v1.6.0"}, wantPlans: []string{"to-v1-6-0"},
-			wantOut: []string{"Version:   v1.6.0 (to create)", "The upgrade is allowed.", "Created version v1.6.0; created upgradeplan to-v1-6-0", "Phase:     Succeeded"},
+			wantOut: []string{"Version:   v1.6.0 (to create)", "The upgrade is allowed.", "Created version v1.6.0; created upgradeplan to-v1-6-0", "Phase:       Succeeded", "Installed:   v1.5.2"},
 		},
 		{
 			name: "names given, checksum from the .sha512 file beside the ISO", phase: v1beta1.PhaseSucceeded,
@@ -271,4 +271,43 @@ func TestUpgradeApplyRefusedGolden(t *testing.T) {
 	require.Empty(t, plans)
 	var v v1beta1.Version
 	require.True(t, apierrors.IsNotFound(c.Get(t.Context(), client.ObjectKey{Name: "v1.8.0"}, &v)), "no Version created")
+}
+
+// TestUpgradeApplyDryRunGolden pins what a dry run shows of a cluster whose Version exists
+// (its URL checked: the ISO's size known) and whose agents have reported: cp-a holds the ISO and
+// preloaded it, w-1 began its preload and has too little room for the ISO; a third node has no
+// agent report. Nothing is created.
+func TestUpgradeApplyDryRunGolden(t *testing.T) {
+	t.Parallel()
+	const gib = 1 << 30
+	v := &v1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: "v1.6.0"},
+		Spec:   v1beta1.VersionSpec{ISOURL: "https://releases.example.com/v1.6.0/harvester-v1.6.0-amd64.iso", ISOChecksum: "sha512:" + applySum},
+		Status: v1beta1.VersionStatus{ISOSize: 6 * gib}}
+	report := func(node string, st v1beta1.RepoNodeStatus) *v1beta1.RepoNode {
+		return &v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: node}, Status: st}
+	}
+	cache := v1beta1.RepoNodeCache{Path: "/var/lib/upgrade-repo", TotalBytes: 100 * gib}
+	cpCache, wCache := cache, cache
+	cpCache.FreeBytes, wCache.FreeBytes = 40*gib, 4*gib
+	c := applyCluster(t, false, v, applyNode("w-2", false, true),
+		report("cp-a", v1beta1.RepoNodeStatus{Cache: cpCache,
+			ISO:     v1beta1.RepoNodeISO{Checksum: applySum, State: v1beta1.ISOReady, BytesDone: 6 * gib, BytesTotal: 6 * gib},
+			Preload: v1beta1.RepoNodePreload{State: v1beta1.PreloadDone, ImagesDone: 40, ImagesTotal: 40, BytesDone: 3 * gib, BytesTotal: 3 * gib}}),
+		report("w-1", v1beta1.RepoNodeStatus{Cache: wCache,
+			ISO:     v1beta1.RepoNodeISO{Checksum: applySum, State: v1beta1.ISODownloading, BytesDone: gib, BytesTotal: 6 * gib},
+			Preload: v1beta1.RepoNodePreload{State: v1beta1.PreloadRunning, ImagesDone: 10, ImagesTotal: 40, BytesDone: gib, BytesTotal: 3 * gib}}),
+	)
+	a, stdout, _ := upgradeTestApp()
+	o := applyOpts(func(o *upgradeApplyOptions) { o.dryRun = true })
+	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: http.DefaultClient, now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
+	require.NoError(t, err)
+	golden := filepath.Join("testdata", "upgrade-apply-dry-run.golden")
+	if *updateGolden {
+		require.NoError(t, os.WriteFile(golden, stdout.Bytes(), 0o644))
+	}
+	want, rerr := os.ReadFile(golden)
+	require.NoError(t, rerr, "go test ./cmd/upgrade-repo -run Golden -update writes it")
+	require.Equal(t, string(want), stdout.String())
+	_, plans := created(t, c)
+	require.Empty(t, plans)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,12 @@ import (
 // upgradeStatusOptions are the flags and argument of `upgrade status`.
 type upgradeStatusOptions struct {
 	plan, output, kubeconfig, context string
-	watch                             bool
+	// namespace is the sequencer's, where the installed-version ConfigMap is.
+	namespace string
+	watch     bool
+	// terminal redraws the status in place with progress bars; else a watch writes one line
+	// per change.
+	terminal bool
 	// timeout bounds a watch; 0 waits for the plan's end.
 	timeout time.Duration
 }
@@ -36,6 +42,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	fset.StringVar(&o.output, "output", "text", "output `format`: text or json")
 	kubeFlags(fset, &o.kubeconfig, &o.context)
+	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version's ConfigMap is")
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
@@ -64,6 +71,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	o.terminal = stdoutTerminal(a)
 	return followWithTimeout(ctx, c, o.plan, o.timeout, func(ctx context.Context) error {
 		return upgradeStatus(ctx, a, c, o, time.Now)
 	})
@@ -85,24 +93,42 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 	}
 	var shown *planview.Plan
 	var shownRV string
-	var nodesWarned bool
+	var nodesWarned, installedWarned bool
+	var live planview.Live
 	show := func(plan *v1beta1.UpgradePlan) error {
 		if plan.ResourceVersion == shownRV && shown != nil {
 			return nil
 		}
 		v := planview.New(plan, upgradeNodes(ctx, a, c, &nodesWarned), now())
+		if in, err := sequencer.ReadInstalled(ctx, c, o.namespace); err == nil {
+			v.Installed = in.Version
+		} else if !installedWarned {
+			a.log.Warn("cannot read the installed version", "err", err)
+			installedWarned = true
+		}
+		first := shown == nil
 		if o.output == "json" {
 			shown, shownRV = v, plan.ResourceVersion
 			return planview.WriteJSON(a.stdout, v)
 		}
-		if shown != nil && planview.SameText(shown, v) {
+		if !first && planview.SameText(shown, v) {
 			return nil
 		}
-		if shown != nil {
-			fmt.Fprintln(a.stdout)
-		}
 		shown, shownRV = v, plan.ResourceVersion
-		return planview.WriteText(a.stdout, v)
+		switch {
+		case o.watch && o.terminal:
+			return live.Redraw(a.stdout, v)
+		case first:
+			// The whole table once; a watch goes on with one line per change.
+			live.Lines(v)
+			return planview.WriteText(a.stdout, v)
+		}
+		for _, l := range live.Lines(v) {
+			if _, err := fmt.Fprintln(a.stdout, l); err != nil {
+				return fmt.Errorf("write plan %s: %w", plan.Name, err)
+			}
+		}
+		return nil
 	}
 	var plan v1beta1.UpgradePlan
 	for {
@@ -201,10 +227,25 @@ func upgradeNodes(ctx context.Context, a *app, c client.Reader, warned *bool) []
 	for _, n := range list.Items {
 		kubelet[n.Name] = n.Status.NodeInfo.KubeletVersion
 	}
+	// The agents' reports give each node's download; without them there is none to show.
+	iso := map[string]v1beta1.RepoNodeISO{}
+	var rns v1beta1.RepoNodeList
+	if err := c.List(ctx, &rns); err == nil {
+		for _, rn := range rns.Items {
+			iso[rn.Name] = rn.Status.ISO
+		}
+	}
 	cp, others := sequencer.NodeOrder(list.Items)
 	out := make([]planview.Node, 0, len(list.Items))
 	for _, name := range append(cp, others...) {
-		out = append(out, planview.Node{Name: name, KubeletVersion: kubelet[name]})
+		out = append(out, planview.Node{Name: name, KubeletVersion: kubelet[name],
+			ISOBytesDone: iso[name].BytesDone, ISOBytesTotal: iso[name].BytesTotal})
 	}
 	return out
+}
+
+// stdoutTerminal reports whether the command writes to a terminal.
+func stdoutTerminal(a *app) bool {
+	f, ok := a.stdout.(*os.File)
+	return ok && isTerminal(f)
 }

@@ -185,13 +185,24 @@ func TestUpgradeStatusWatch(t *testing.T) {
 		end     func(p *v1beta1.UpgradePlan) // the last change, after which the command returns
 		wantErr string
 		tables  int
+		// lines are what a text watch writes after its table, one line per change.
+		lines []string
 	}{
 		{
-			name: "succeeded", output: "text", tables: 3,
+			name: "succeeded", output: "text", tables: 1,
 			end: func(p *v1beta1.UpgradePlan) { p.Status.Phase = v1beta1.PhaseSucceeded },
+			lines: []string{
+				"11:00:00 phase ImagePreloading -> NodeUpgrading, 60m since the plan started",
+				"11:00:00 phase NodeUpgrading -> Succeeded took 60m",
+			},
 		},
 		{
-			name: "failed: exit status 1 with the reason", output: "text", tables: 3,
+			name: "failed: exit status 1 with the reason", output: "text", tables: 1,
+			lines: []string{
+				"11:00:00 phase ImagePreloading -> NodeUpgrading, 60m since the plan started",
+				"11:00:00 phase NodeUpgrading -> Failed in NodeUpgrading after 60m",
+				"11:00:00 degraded: NodeUpgradeFailed: node cp-b: job p-node-cp-b failed",
+			},
 			end: func(p *v1beta1.UpgradePlan) {
 				p.Status.Phase, p.Status.FailedPhase = v1beta1.PhaseFailed, v1beta1.PhaseNodeUpgrading
 				p.Status.Conditions = []metav1.Condition{{
@@ -207,7 +218,8 @@ func TestUpgradeStatusWatch(t *testing.T) {
 			end: func(p *v1beta1.UpgradePlan) { p.Status.Phase = v1beta1.PhaseSucceeded },
 		},
 		{
-			name: "deleted", output: "text", tables: 2, wantErr: "upgradeplan p was deleted",
+			name: "deleted", output: "text", tables: 1, wantErr: "upgradeplan p was deleted",
+			lines: []string{"11:00:00 phase ImagePreloading -> NodeUpgrading, 60m since the plan started"},
 		},
 	}
 	for _, tt := range tests {
@@ -250,6 +262,11 @@ func TestUpgradeStatusWatch(t *testing.T) {
 				key = `"name": "p"`
 			}
 			require.Equal(t, tt.tables, strings.Count(stdout.String(), key), stdout.String())
+			if tt.output == "text" {
+				_, after, _ := strings.Cut(stdout.String(), "aa-worker")
+				_, after, _ = strings.Cut(after, "\n")
+				require.Equal(t, tt.lines, strings.Split(strings.TrimSuffix(after, "\n"), "\n"), stdout.String())
+			}
 		})
 	}
 }
