@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/peer"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 )
 
 // Unknown marks a size or a count nobody has reported.
@@ -46,7 +46,7 @@ func DiskPreview(ctx context.Context, c client.Reader, v *v1beta1.Version, nodes
 	for i := range rns.Items {
 		reports[rns.Items[i].Name] = &rns.Items[i].Status
 	}
-	want, _ := peer.ParseChecksum(v.Spec.ISOChecksum)
+	want, _ := checksum.Parse(v.Spec.ISOChecksum)
 	size := v.Status.ISOSize
 	out := make([]NodeNeed, 0, len(nodes))
 	for _, name := range nodes {
@@ -56,8 +56,8 @@ func DiskPreview(ctx context.Context, c client.Reader, v *v1beta1.Version, nodes
 		}
 		rn := reports[name]
 		if rn != nil {
-			got, err := peer.ParseChecksum(rn.ISO.Checksum)
-			same := err == nil && want != "" && got == want
+			got, err := checksum.Parse(rn.ISO.Checksum)
+			same := err == nil && !want.IsZero() && got.Equal(want)
 			if same && rn.ISO.State == v1beta1.ISOReady {
 				n.ISOBytes = 0
 			}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -79,7 +80,7 @@ func (r *VersionReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	probe, err := probeISO(pctx, r.http, v.Spec.ISOURL)
+	probe, err := httprange.Probe(pctx, r.http, v.Spec.ISOURL)
 	cancel()
 	// A URL that does not answer is the Version's state, recorded below; not a failed reconcile.
 	reachable := err == nil
@@ -89,20 +90,20 @@ func (r *VersionReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	case err != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Unreachable", err.Error()
 		r.log.Warn("the ISO's URL does not answer", "version", v.Name, "url", redact.URL(v.Spec.ISOURL), "err", err)
-	case probe.ranges:
+	case probe.Ranges:
 		cond.Status, cond.Reason = metav1.ConditionTrue, "RangesSupported"
-		cond.Message = fmt.Sprintf("%d bytes; the origin serves ranges", probe.size)
+		cond.Message = fmt.Sprintf("%d bytes; the origin serves ranges", probe.Size)
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, "RangesUnsupported"
 		cond.Message = "the origin sends the whole file to a range request: nodes cannot share the download or resume it"
-		if probe.size > 0 {
-			cond.Message = fmt.Sprintf("%d bytes; %s", probe.size, cond.Message)
+		if probe.Size > 0 {
+			cond.Message = fmt.Sprintf("%d bytes; %s", probe.Size, cond.Message)
 		}
 	}
 	meta.SetStatusCondition(&v.Status.Conditions, cond)
 	v.Status.ObservedGeneration = v.Generation
 	if reachable {
-		v.Status.ISOSize = probe.size
+		v.Status.ISOSize = probe.Size
 	}
 	if uerr := r.c.Status().Update(ctx, &v); uerr != nil {
 		if apierrors.IsConflict(uerr) {

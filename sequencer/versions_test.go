@@ -63,8 +63,8 @@ func TestVersionReconcilerChecksTheURL(t *testing.T) {
 	}{
 		{name: "ranges served", path: "/ok.iso?X-Amz-Signature=secret", status: metav1.ConditionTrue, reason: "RangesSupported", message: "4096 bytes; the origin serves ranges", size: 4096},
 		{name: "whole file only", path: "/whole.iso", status: metav1.ConditionTrue, reason: "RangesUnsupported", message: "4096 bytes; the origin sends the whole file", size: 4096},
-		{name: "size not given", path: "/bad.iso", status: metav1.ConditionFalse, reason: "Unreachable", message: `does not give the size: "bytes 0-0/*"`, requeue: true},
-		{name: "refused", path: "/missing.iso?X-Amz-Signature=secret", status: metav1.ConditionFalse, reason: "Unreachable", message: "/missing.iso: 403 Forbidden", requeue: true},
+		{name: "size not given", path: "/bad.iso", status: metav1.ConditionFalse, reason: "Unreachable", message: `Content-Range "bytes 0-0/*" does not give the size`, requeue: true},
+		{name: "refused", path: "/missing.iso?X-Amz-Signature=secret", status: metav1.ConditionFalse, reason: "Unreachable", message: "/missing.iso: status 403 Forbidden", requeue: true},
 		{name: "nothing listens", path: "closed", status: metav1.ConditionFalse, reason: "Unreachable", message: "connection refused", requeue: true},
 	}
 	for _, tt := range tests {
