@@ -6,11 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
-	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -79,6 +76,8 @@ type planReport struct {
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
 	Notes             []string `json:"notes,omitempty"`
+	// Images is what the target ISO's archives hold, when --release names an ISO.
+	Images *planImageReport `json:"images,omitempty"`
 }
 
 // runPlan shows whether upgrading to a release is allowed and what it would change. It returns
@@ -195,19 +194,13 @@ func planScheme() (*runtime.Scheme, error) {
 
 // makePlan gathers the facts (from c when it is not nil) and judges them.
 func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Client) (*planReport, error) {
-	var target *release.Release
-	if o.release != "" {
-		var err error
-		if target, err = repoclient.Load(ctx, hc, o.release); err != nil {
-			return nil, fmt.Errorf("target release: %w", err)
-		}
+	target, targetISO, err := loadRelease(ctx, hc, o.release)
+	if err != nil {
+		return nil, fmt.Errorf("target release: %w", err)
 	}
-	var currentRel *release.Release
-	if o.currentRelease != "" {
-		var err error
-		if currentRel, err = repoclient.Load(ctx, hc, o.currentRelease); err != nil {
-			return nil, fmt.Errorf("current release: %w", err)
-		}
+	currentRel, currentISO, err := loadRelease(ctx, hc, o.currentRelease)
+	if err != nil {
+		return nil, fmt.Errorf("current release: %w", err)
 	}
 	in := policy.Input{
 		Current:           o.current,
@@ -277,119 +270,32 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		rep.Checks = append(rep.Checks, pc)
 	}
 	rep.Components = planComponents(in.Current, currentRel, in.Target, target)
+	if targetISO != nil {
+		rep.Images = planImages(targetISO, currentISO)
+		if targetISO.Requests > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("read %s of the %s ISO in %d requests, without downloading it",
+				humanBytes(targetISO.Bytes), humanBytes(targetISO.Size), targetISO.Requests))
+		}
+	}
 	for _, s := range sequencer.Steps {
 		rep.Phases = append(rep.Phases, planPhase{Phase: s.Running, What: s.What})
 	}
 	return rep, nil
 }
 
-// planComponents compares the component versions of two releases. Without the current release's
-// metadata only the harvester version is known before.
-func planComponents(current string, cur *release.Release, target string, tgt *release.Release) []planComponent {
-	before := map[string]string{"harvester": current}
-	if cur != nil {
-		before = cur.Components()
-	}
-	after := map[string]string{"harvester": target}
-	if tgt != nil {
-		after = tgt.Components()
-	}
-	var names []string
-	for k := range after {
-		names = append(names, k)
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			names = append(names, k)
+// loadRelease reads the release at src ("" reads nothing); an ISO (a file or URL ending in .iso)
+// is read with its image lists and archive sizes, a URL through Range requests.
+func loadRelease(ctx context.Context, hc *http.Client, src string) (*release.Release, *isorelease.Contents, error) {
+	switch {
+	case src == "":
+		return nil, nil, nil
+	case isorelease.IsISO(src):
+		c, err := isorelease.Open(ctx, hc, src)
+		if err != nil {
+			return nil, nil, err
 		}
+		return c.Release, c, nil
 	}
-	slices.Sort(names)
-	// harvester first: it is the version the plan is about.
-	if i := slices.Index(names, "harvester"); i > 0 {
-		names = append([]string{"harvester"}, slices.Delete(names, i, i+1)...)
-	}
-	out := make([]planComponent, 0, len(names))
-	for _, n := range names {
-		b, ok := before[n]
-		if !ok || b == "" {
-			b = "unknown"
-		}
-		t := after[n]
-		if t == "" {
-			t = "unknown"
-		}
-		out = append(out, planComponent{Name: n, Current: b, Target: t, Changed: b != t})
-	}
-	return out
-}
-
-func printUpgradePlan(w io.Writer, rep *planReport) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Upgrade plan: %s -> %s\n", planOrUnknown(rep.Current), planOrUnknown(rep.Target))
-	if rep.CurrentKubernetes != "" || rep.TargetKubernetes != "" {
-		fmt.Fprintf(tw, "Kubernetes: %s -> %s\n", planOrUnknown(rep.CurrentKubernetes), planOrUnknown(rep.TargetKubernetes))
-	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "COMPONENT\tCURRENT\tTARGET")
-	changed := 0
-	for _, c := range rep.Components {
-		if c.Changed {
-			changed++
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Current, c.Target)
-		}
-	}
-	if changed == 0 {
-		fmt.Fprintln(tw, "(no component changes)\t\t")
-	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POLICY\tREQUIRED\tRESULT\tMESSAGE")
-	for _, c := range rep.Checks {
-		req := "skippable"
-		if c.Required {
-			req = "required"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, req, c.Result, c.Message)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Phases that would run:")
-	for i, p := range rep.Phases {
-		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, p.Phase, p.What)
-	}
-	if len(rep.ControlPlaneNodes)+len(rep.OtherNodes) > 0 {
-		fmt.Fprintf(w, "Node order: control plane %s one at a time, then %s\n",
-			planListOrNone(rep.ControlPlaneNodes), planListOrNone(rep.OtherNodes))
-	}
-	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "Note: %s\n", n)
-	}
-	fmt.Fprintln(w)
-	if rep.Allowed {
-		_, err := fmt.Fprintln(w, "The upgrade is allowed.")
-		return err
-	}
-	var failed []string
-	for _, c := range rep.Checks {
-		if c.Result == "fail" {
-			failed = append(failed, c.Name)
-		}
-	}
-	_, err := fmt.Fprintf(w, "The upgrade is not allowed: %s failed.\n", strings.Join(failed, ", "))
-	return err
-}
-
-func planOrUnknown(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
-}
-
-func planListOrNone(s []string) string {
-	if len(s) == 0 {
-		return "(none)"
-	}
-	return strings.Join(s, ", ")
+	r, err := repoclient.Load(ctx, hc, src)
+	return r, nil, err
 }

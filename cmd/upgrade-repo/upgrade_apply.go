@@ -268,14 +268,5 @@ func sizeOrUnknown(n int64) string {
 	if n == planctl.Unknown {
 		return "unknown"
 	}
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	return humanBytes(n)
 }
