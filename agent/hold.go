@@ -301,7 +301,7 @@ func (a *Agent) unpin(ctx context.Context, rel, hex string) {
 	in, _ := a.plans.current()
 	installed := false
 	for _, c := range in.Installed {
-		if x, err := peer.ParseChecksum(c); err == nil && x == hex {
+		if x, err := checksum.Parse(c); err == nil && x.Hex() == hex {
 			installed = true
 		}
 	}
