@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,6 +49,9 @@ type Config struct {
 	PreloadRetry time.Duration
 	// ReportInterval is how often the RepoNode is rewritten as a heartbeat.
 	ReportInterval time.Duration
+	// ImageCheckInterval is how often, while the node holds an ISO, the image store is checked
+	// for release images that went missing, besides the store's removal events (zero: 5m).
+	ImageCheckInterval time.Duration
 }
 
 // Validate reports the first setting that cannot work, or nil.
@@ -65,6 +69,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grace %s: want a duration of zero or more", c.Grace)
 	case c.Settle < 0:
 		return fmt.Errorf("settle %s: want a duration of zero or more", c.Settle)
+	case c.ImageCheckInterval < 0:
+		return fmt.Errorf("image check interval %s: want a duration of zero or more", c.ImageCheckInterval)
 	case c.PreloadRetry < 0:
 		return fmt.Errorf("preload retry %s: want a duration of zero or more", c.PreloadRetry)
 	}
@@ -127,6 +133,10 @@ type Agent struct {
 	gossip Gossip
 	seeds  []string
 	images preload.Store
+	// registry is the agent's metrics registry; guardReg is set once a preload guard's metrics
+	// are registered on it.
+	registry *prometheus.Registry
+	guardReg atomic.Bool
 
 	board       *Board
 	store       *cache.Store
@@ -153,7 +163,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	case deps.Kube != nil && cfg.ReportInterval <= 0:
 		return nil, fmt.Errorf("new agent: report interval %s: want a positive duration", cfg.ReportInterval)
 	}
-	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube}
+	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube, registry: deps.Registry}
 	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
 	a.store = cache.NewStore(deps.Directory, cache.WithLogger(a.log), cache.WithOnDamage(a.damaged))
 	settle := cfg.Settle

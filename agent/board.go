@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/preload"
@@ -35,6 +37,10 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 	// Plan is the UpgradePlan whose ISO the agent holds, when it follows the cluster's plans.
 	Plan string `json:"plan,omitempty"`
+	// RestoredTotal counts the release's images that went missing from the image store while
+	// the node held the ISO and were imported again; Restored are the latest, oldest first.
+	RestoredTotal int64             `json:"restoredTotal,omitempty"`
+	Restored      []preload.Restore `json:"restored,omitempty"`
 	// Step is what the node's upgrade step last reported (POST /v1/step); nil until one reports.
 	// The board never changes a step it holds: it replaces it whole.
 	Step *v1beta1.RepoNodeStep `json:"step,omitempty"`
@@ -151,10 +157,25 @@ func (b *Board) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.s.Ready, b.s.ISO, b.s.Error, b.s.Plan = false, ISOStatus{State: ISOPending}, "", ""
+	b.s.RestoredTotal, b.s.Restored = 0, nil
 	b.checksum = ""
 	b.preloadr = nil
 	b.preloadErr = ""
 	b.notify()
+}
+
+// maxRestored is how many of the latest restores the board keeps.
+const maxRestored = 10
+
+// restored records images put back into the image store.
+func (b *Board) restored(rs []preload.Restore) {
+	b.update(func(s *Status) {
+		s.RestoredTotal += int64(len(rs))
+		s.Restored = append(s.Restored, rs...)
+		if n := len(s.Restored) - maxRestored; n > 0 {
+			s.Restored = append([]preload.Restore(nil), s.Restored[n:]...)
+		}
+	})
 }
 
 // step records st as the node step's last report, replacing the one before.
@@ -237,6 +258,10 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 			// A preload that has not planned yet has no state the RepoNode knows.
 			st.Preload.State = ""
 		}
+	}
+	st.Preload.RestoredTotal = s.RestoredTotal
+	for _, r := range s.Restored {
+		st.Preload.Restored = append(st.Preload.Restored, v1beta1.RepoNodeRestore{Image: r.Image, Source: r.Source, Time: metav1.NewTime(r.Time)})
 	}
 	return st
 }

@@ -3,20 +3,25 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
+	"github.com/upgrade-repo/upgrade-repo/preload"
 )
 
 // The board's status becomes the RepoNode the sequencer reads.
 func TestBoardRepoNode(t *testing.T) {
 	t.Parallel()
 	sha := "ab"
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
 		name  string
 		setup func(b *Board)
@@ -73,10 +78,29 @@ func TestBoardRepoNode(t *testing.T) {
 			},
 		},
 		{
+			name: "images put back, the latest ten kept",
+			setup: func(b *Board) {
+				for i := range 12 {
+					b.restored([]preload.Restore{{Image: fmt.Sprintf("docker.io/library/x:%d", i), Source: "iso", Time: at}})
+				}
+			},
+			want: v1beta1.RepoNodeStatus{
+				ISO: v1beta1.RepoNodeISO{State: v1beta1.ISOPending},
+				Preload: v1beta1.RepoNodePreload{RestoredTotal: 12, Restored: func() []v1beta1.RepoNodeRestore {
+					var out []v1beta1.RepoNodeRestore
+					for i := 2; i < 12; i++ {
+						out = append(out, v1beta1.RepoNodeRestore{Image: fmt.Sprintf("docker.io/library/x:%d", i), Source: "iso", Time: metav1.NewTime(at)})
+					}
+					return out
+				}()},
+			},
+		},
+		{
 			name: "reset after a drop",
 			setup: func(b *Board) {
 				b.plan("up", sha)
 				b.update(func(s *Status) { s.ISO, s.Ready = ISOStatus{SHA512: sha, State: ISOVerified}, true })
+				b.restored([]preload.Restore{{Image: "docker.io/library/x:1", Source: "iso", Time: at}})
 				b.reset()
 			},
 			want: v1beta1.RepoNodeStatus{ISO: v1beta1.RepoNodeISO{State: v1beta1.ISOPending}},

@@ -20,6 +20,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
 )
 
@@ -50,7 +51,7 @@ func (a *Agent) holdGiven(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = closer() }()
-	if err := a.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
+	if _, err := a.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -107,13 +108,14 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 	a.log.Info("holding the ISO of an upgrade plan", "plan", in.Plan, "url", redact.URL(in.ISOURL), "sha512", hex)
 	a.board.plan(in.Plan, in.ISOChecksum)
 	path, sum, err := a.acquireISO(hctx, wanted{url: in.ISOURL, sha512: hex})
+	var rel string
 	if err == nil {
 		closer, err := a.serveISO(path, sum)
 		if err != nil {
 			a.log.Error("open the ISO of an upgrade plan", "plan", in.Plan, "err", err)
 			a.board.failed(err.Error())
 		} else {
-			_ = a.preloadWhenAllowed(hctx, path, hex)
+			rel, _ = a.preloadWhenAllowed(hctx, path, hex)
 			<-hctx.Done()
 			a.server.SetHandler(nil)
 			_ = closer()
@@ -124,6 +126,7 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 		return
 	}
 	a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
+	a.unpin(ctx, rel, hex)
 	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
 		a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
 	}
@@ -209,10 +212,11 @@ func (a *Agent) serveISO(path string, sum checksum.Sum) (func() error, error) {
 }
 
 // preloadWhenAllowed preloads the ISO at path, at once without a cluster, else once a plan that
-// holds this ISO lists the node. It returns only ctx's error.
-func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) error {
+// holds this ISO lists the node, then keeps the release's images in the store until ctx ends
+// (see preload). It returns the name the images were pinned for (empty when none) and ctx's error.
+func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) (string, error) {
 	if a.images == nil {
-		return nil
+		return "", nil
 	}
 	if a.plans != nil {
 		allowed := func(in report.Instruction) bool {
@@ -220,33 +224,95 @@ func (a *Agent) preloadWhenAllowed(ctx context.Context, path, hex string) error 
 			return in.Preload && err == nil && c.Hex() == hex
 		}
 		if _, err := a.plans.wait(ctx, allowed); err != nil {
-			return err
+			return "", err
 		}
 	}
-	a.preload(ctx, path)
-	return ctx.Err()
+	rel := a.preload(ctx, path, hex)
+	return rel, ctx.Err()
 }
 
-// preload imports the release's images from the local ISO into the image store. A failure is
-// logged and left in the status for the sequencer: the repo keeps serving.
-func (a *Agent) preload(ctx context.Context, path string) {
+// preload imports the release's images from the local ISO into the image store, pinned for the
+// release, then guards them until ctx ends: an image that goes missing is imported again from
+// the ISO and the board says so. A failure is logged and left in the status for the sequencer:
+// the repo keeps serving. It returns the name the images were pinned for.
+func (a *Agent) preload(ctx context.Context, path, hex string) string {
+	var rel string
 	err := func() error {
 		fsys, f, err := iso.OpenFile(path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		p, err := preload.New(a.images, []preload.Source{preload.NewFSSource("iso", fsys)},
-			preload.WithLogger(a.log), preload.WithRegisterer(prometheus.NewRegistry()), preload.WithRetry(a.cfg.PreloadRetry, 0))
+		rel = releaseName(fsys, hex)
+		sources := []preload.Source{preload.NewFSSource("iso", fsys)}
+		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel)}
+		p, err := preload.New(a.images, sources, append(opts, preload.WithRegisterer(prometheus.NewRegistry()))...)
 		if err != nil {
 			return err
 		}
 		a.board.preloading(p, nil)
-		_, _, err = p.Run(ctx, fs.FS(fsys))
-		return err
+		if _, _, err := p.Run(ctx, fs.FS(fsys)); err != nil && ctx.Err() == nil {
+			a.log.Error("preload images", "err", err)
+		}
+		g, err := preload.NewGuard(a.images, sources, preload.GuardConfig{
+			Interval: a.cfg.ImageCheckInterval, OnRestore: a.board.restored, Log: a.log, Registerer: a.guardMetrics(),
+		}, opts...)
+		if err != nil {
+			return err
+		}
+		return g.Run(ctx, fs.FS(fsys))
 	}()
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("preload images", "err", err)
 		a.board.preloading(nil, err)
 	}
+	return rel
+}
+
+// releaseName names the release of the ISO in fsys for the images' pins: its version, else a
+// prefix of the ISO's checksum.
+func releaseName(fsys fs.FS, hex string) string {
+	if r, err := release.LoadRelease(fsys); err == nil && r.Harvester != "" && !strings.ContainsAny(r.Harvester, " \t\r\n\"=,") {
+		return r.Harvester
+	}
+	if len(hex) > 16 {
+		hex = hex[:16]
+	}
+	return "sha512-" + hex
+}
+
+// guardMetrics returns the registerer of the guard's metrics: the agent's, once; a throwaway one
+// for the guards of later ISOs (the counters of the first stay exported).
+func (a *Agent) guardMetrics() prometheus.Registerer {
+	if a.guardReg.CompareAndSwap(false, true) {
+		return a.registry
+	}
+	return prometheus.NewRegistry()
+}
+
+// unpin withdraws the claims on the release's images once no plan holds its ISO: when a plan that
+// installed it Succeeded, the release runs now and every other release's claim goes; otherwise
+// (the plan failed or was deleted) its own claim goes.
+func (a *Agent) unpin(ctx context.Context, rel, hex string) {
+	pinner, ok := a.images.(preload.Pinner)
+	if !ok || rel == "" {
+		return
+	}
+	in, _ := a.plans.current()
+	installed := false
+	for _, c := range in.Installed {
+		if x, err := checksum.Parse(c); err == nil && x.Hex() == hex {
+			installed = true
+		}
+	}
+	drop := func(r string) bool { return r == rel }
+	if installed {
+		drop = func(r string) bool { return r != rel }
+	}
+	n, err := pinner.Unpin(ctx, drop)
+	if err != nil {
+		a.log.Warn("unpin images", "release", rel, "installed", installed, "err", err)
+		return
+	}
+	a.log.Info("image pins withdrawn", "release", rel, "installed", installed, "images", n)
 }

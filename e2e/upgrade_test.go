@@ -51,6 +51,8 @@ type upgradeWatch struct {
 	iso map[string]apiv1beta1.RepoNodeISO
 	// agentDeleted names the node whose agent pod was deleted during ImagePreloading.
 	agentDeleted string
+	// loss is the release image removed from a node after the preload, and what became of it.
+	loss imageLoss
 }
 
 // TestUpgrade runs a whole upgrade on the cluster, whatever its formation (hack/e2e.sh). The
@@ -63,6 +65,9 @@ type upgradeWatch struct {
 // upgrade image did its work once on every node and the node rebooted exactly once, management
 // nodes were cordoned, upgraded and uncordoned one at a time before the others, every node is
 // Ready and schedulable again, and CoreDNS and the origin (a workload the drains moved) are Ready.
+// Disk pressure: once the images are preloaded (and pinned), one is removed from the last node's
+// containerd, as the kubelet's image garbage collection would; that node's agent imports it again
+// from its ISO, its RepoNode says so, and the image is there and pinned after the plan Succeeded.
 // The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
 func TestUpgrade(t *testing.T) {
 	c := env(t)
@@ -232,6 +237,8 @@ func TestUpgrade(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("a release image removed after the preload is put back from the node's ISO", w.requireImageRestored)
 
 	t.Run("the upgrade image did its work once on every node, management nodes first", func(t *testing.T) {
 		ran := map[string]time.Time{}
@@ -505,6 +512,7 @@ func (w *upgradeWatch) observe(ctx context.Context, t *testing.T, c *cluster, pl
 	if phase == apiv1beta1.PhaseImagePreloading {
 		w.deleteAgentWhilePreloading(ctx, t, c, plan)
 	}
+	w.removeReleaseImage(ctx, t, c, phase)
 	if phaseIndex(phase) > phaseIndex(apiv1beta1.PhaseISODownloading) && phaseIndex(phase) <= phaseIndex(apiv1beta1.PhaseNodeUpgrading) {
 		var rns apiv1beta1.RepoNodeList
 		if err := c.cl.List(ctx, &rns); err == nil {

@@ -57,6 +57,7 @@ type Preloader struct {
 	retry       backoff.Policy
 	copyDir     string
 	limit       *rate.Limiter
+	pin         string
 	m           *metrics
 
 	mu     sync.Mutex
@@ -238,6 +239,10 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 		}
 	}
 	p.recordMissing(plan, missing)
+	// Every listed image present is claimed for the release, imported now or found present.
+	if perr := p.pinImages(ctx, without(all, missing)); perr != nil {
+		p.log.Warn("pinning the release's images failed: the kubelet may collect them", "err", perr)
+	}
 
 	if p.copyDir != "" {
 		for i, s := range plan.Steps {
@@ -368,6 +373,10 @@ func (p *Preloader) importOnce(ctx context.Context, i int, s Step) (consumed int
 	p.log.Info("archive imported", "archive", name, "source", src.Name(), "images", len(names),
 		"bytes", r.off, "seconds", time.Since(start).Seconds())
 	p.archiveImported(i, s.Missing, names)
+	// Claimed at once: the window in which a fresh image is unused and unprotected stays short.
+	if perr := p.pinImages(ctx, names); perr != nil {
+		p.log.Warn("pinning imported images failed, trying again after the preload", "archive", name, "err", perr)
+	}
 	return tar.n, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -220,7 +221,7 @@ func (k *cluster) agents(p *v1beta1.UpgradePlan) {
 		case st.Preload.State == v1beta1.PreloadRunning:
 			st.Preload = v1beta1.RepoNodePreload{State: v1beta1.PreloadDone, ImagesDone: 4, ImagesTotal: 4, BytesDone: 400, BytesTotal: 400}
 		}
-		if err == nil && st == cur.Status {
+		if err == nil && reflect.DeepEqual(st, cur.Status) {
 			// Nothing new to report; the heartbeat timeout of these tests is long.
 			continue
 		}

@@ -87,6 +87,26 @@ type RepoNodePreload struct {
 	// BytesTotal is how many archive bytes there are.
 	// +optional
 	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// RestoredTotal is how many times, while the node held the ISO, an image of the release went
+	// missing from the node's containerd (the kubelet's image garbage collection, a manual
+	// removal) and was imported again.
+	// +optional
+	RestoredTotal int64 `json:"restoredTotal,omitempty"`
+	// Restored are the latest of those, oldest first, at most ten.
+	// +optional
+	// +listType=atomic
+	Restored []RepoNodeRestore `json:"restored,omitempty"`
+}
+
+// RepoNodeRestore is one image of the release that went missing from the node and was put back.
+type RepoNodeRestore struct {
+	// Image is the image's reference.
+	Image string `json:"image"`
+	// Source names where its archive was read from ("iso": the node's own copy).
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Time is when the image was present again.
+	Time metav1.Time `json:"time"`
 }
 
 // RepoNodeCache is the node cache the agent keeps ISOs in.

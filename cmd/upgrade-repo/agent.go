@@ -78,6 +78,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to report to (default: the in-cluster configuration)")
 	_, inClusterErr := rest.InClusterConfig()
 	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
+	fset.DurationVar(&c.ImageCheckInterval, "image-check-interval", 5*time.Minute, "how often, while the node holds an ISO, containerd is checked for release images that went missing (besides its removal events)")
 	fset.DurationVar(&c.ReportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat")
 	if help, err := parseFlags(fset, args); help || err != nil {
 		return err

@@ -115,6 +115,9 @@ type Instruction struct {
 	// agents to hold. An agent drops an ISO only when its checksum is not listed, so that an ISO is
 	// never dropped while a plan in flight is served from it.
 	Held []string
+	// Installed lists, sorted and without repeats, the checksums of the ISOs of plans that
+	// Succeeded: releases the cluster now runs, whose images stay protected once the ISO is dropped.
+	Installed []string
 }
 
 // Instructions reads the UpgradePlans and returns what the node nodeName should do: hold the ISO
@@ -150,6 +153,9 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	var in Instruction
 	for _, p := range plans {
 		a := p.Status.Agents
+		if a != nil && a.ISOChecksum != "" && p.Status.Phase == v1beta1.PhaseSucceeded {
+			in.Installed = append(in.Installed, a.ISOChecksum)
+		}
 		if a == nil || !a.Hold || a.ISOURL == "" {
 			continue
 		}
@@ -164,5 +170,7 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	}
 	slices.Sort(in.Held)
 	in.Held = slices.Compact(in.Held)
+	slices.Sort(in.Installed)
+	in.Installed = slices.Compact(in.Installed)
 	return in
 }

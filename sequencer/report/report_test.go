@@ -121,6 +121,23 @@ func TestInstructions(t *testing.T) {
 			want: report.Instruction{Plan: "b", ISOURL: "http://old/iso", ISOChecksum: "old", Held: []string{"new", "old"}},
 		},
 		{
+			name: "a Succeeded plan's ISO is installed, not held",
+			plans: []client.Object{
+				func() client.Object {
+					p := plan("done", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old"})
+					p.Status.Phase = v1beta1.PhaseSucceeded
+					return p
+				}(),
+				func() client.Object {
+					p := plan("failed", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new"})
+					p.Status.Phase = v1beta1.PhaseFailed
+					return p
+				}(),
+			},
+			node: "n1",
+			want: report.Instruction{Installed: []string{"old"}},
+		},
+		{
 			name: "oldest holding plan wins and preload allowed",
 			plans: []client.Object{
 				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", Hold: true}),
