@@ -145,7 +145,7 @@ func FuzzParseRange(f *testing.F) {
 			return
 		}
 		if off < 0 || n <= 0 || off+n > size {
-			t.Fatal(fmt.Sprintf("%q of %d: off %d n %d", s, size, off, n))
+			t.Fatalf("%q of %d: off %d n %d", s, size, off, n)
 		}
 	})
 }

@@ -45,12 +45,11 @@ type Reader struct {
 }
 
 type readerOptions struct {
-	block   int64
-	window  int
-	keep    int
-	idle    time.Duration
-	retry   backoff.Policy
-	timeout time.Duration
+	block  int64
+	window int
+	keep   int
+	idle   time.Duration
+	retry  backoff.Policy
 }
 
 // ReaderOption configures a Reader.
@@ -185,7 +184,7 @@ func (r *Reader) get(ctx context.Context, off, n int64) ([]byte, error) {
 	}
 	req.Header.Set("Range", Request(off, n))
 	r.requests.Add(1)
-	resp, err := r.client.Do(req)
+	resp, err := r.client.Do(req) //nolint:bodyclose // closed through wd.Body below
 	if err != nil {
 		return nil, wd.Cause(redact.Error(err))
 	}

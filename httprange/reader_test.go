@@ -2,6 +2,7 @@ package httprange_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -53,8 +54,8 @@ func releaseISO(t *testing.T) []byte {
 	isotest.RequireXorriso(t)
 	src := t.TempDir()
 	for p, body := range map[string]string{
-		"harvester-release.yaml":                 "harvester: v1.6.0\nminUpgradableVersion: v1.5.0\n",
-		"bundle/metadata.yaml":                   "images:\n  common:\n  - list: images-lists/common.txt\n    archive: images/common.tar.zst\n",
+		"harvester-release.yaml":                   "harvester: v1.6.0\nminUpgradableVersion: v1.5.0\n",
+		"bundle/metadata.yaml":                     "images:\n  common:\n  - list: images-lists/common.txt\n    archive: images/common.tar.zst\n",
 		"bundle/harvester/images-lists/common.txt": "docker.io/library/nginx:1.27\n",
 	} {
 		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755))
@@ -103,7 +104,7 @@ func TestReaderReadsAnISO(t *testing.T) {
 		n, err := r.ReadAt(buf, off)
 		whole = append(whole, buf[:n]...)
 		off += int64(n)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(t, err)
