@@ -1,7 +1,6 @@
 package httprange_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
