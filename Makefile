@@ -113,6 +113,10 @@ bench-distribute: build deps ## Agents sharing an ISO against lone downloads (BE
 bench-acquire: build deps ## serve --iso-url against curl + sha512sum: download, restart, resume (BENCH_ISO_SIZE).
 	@bash hack/bench-acquire.sh
 
+.PHONY: bench-remote
+bench-remote: build deps ## A release known from its ISO's URL (ranges) against downloading it (BENCH_ISO_SIZE, 6GiB).
+	@bash hack/bench-remote.sh
+
 .PHONY: bench-directory
 bench-directory: ## The gossip directory of 100 and 1,000 simulated members: state, deltas, convergence.
 	$(GO) test ./peer/memberlist -run '^$$' -bench DirectoryScale -benchtime 1x -timeout 30m

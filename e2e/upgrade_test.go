@@ -108,6 +108,8 @@ func TestUpgrade(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: meta.Harvester},
 		Spec:       apiv1beta1.VersionSpec{ISOURL: originURL(c), ISOChecksum: rel.checksum},
 	})
+	// A plan whose ISO refuses the installed version fails before any download.
+	refusedIn := refusedBeforeDownload(t, c, upgradeImage, meta.Harvester, meta.MinUpgradableVersion)
 	// Node containers started from here on are reboots (the upgrade image's).
 	boots := watchNodeContainers(t, c)
 	start := time.Now()
@@ -184,6 +186,15 @@ func TestUpgrade(t *testing.T) {
 		}
 		t.Logf("total: %s", ts[len(ts)-1].PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second))
 		writePhaseTimings(t, c, ts)
+		for _, p := range ts {
+			if p.Phase == apiv1beta1.PhaseMetadataPopulated {
+				// Where the verified metadata is judged: what refusing a release cost before it
+				// was read through ranges in Initializing.
+				t.Logf("refusal: read from the ISO's URL %s after the plan's creation; judged from the verified metadata it would have come %s after",
+					refusedIn.Round(time.Millisecond), p.PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second))
+				break
+			}
+		}
 		for _, p := range []apiv1beta1.Phase{
 			apiv1beta1.PhaseInitializing, apiv1beta1.PhaseISODownloading, apiv1beta1.PhaseRepoCreating,
 			apiv1beta1.PhaseMetadataPopulating, apiv1beta1.PhaseImagePreloading, apiv1beta1.PhaseClusterUpgrading,

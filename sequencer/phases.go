@@ -18,7 +18,7 @@ type Step struct {
 
 // Steps lists the steps of a plan in the order they run.
 var Steps = []Step{
-	{v1beta1.PhaseInitializing, v1beta1.PhaseInitialized, "check the upgrade policies and snapshot the Version"},
+	{v1beta1.PhaseInitializing, v1beta1.PhaseInitialized, "read the release from the ISO's URL (ranges), check the upgrade policies and snapshot the Version"},
 	{v1beta1.PhaseISODownloading, v1beta1.PhaseISODownloaded, "every agent acquires the ISO (local copy, then peers, then origin) and verifies it"},
 	{v1beta1.PhaseRepoCreating, v1beta1.PhaseRepoCreated, "agents serve the ISO and turn Ready behind the repo Service"},
 	{v1beta1.PhaseMetadataPopulating, v1beta1.PhaseMetadataPopulated, "read the release metadata through the Service and check the policies again"},
