@@ -114,7 +114,8 @@ type Deps struct {
 	Seeds []string
 	// Token is the bearer token of the ring's members (peer.Token of the gossip key); empty: open.
 	Token string
-	// Registry receives the repo's and the peers' metrics and is served as /metrics (required).
+	// Registry receives the repo's, the peers' and the node's metrics (upgrade_repo_agent_: the
+	// ISO's and the preload's state and progress) and is served as /metrics (required).
 	Registry *prometheus.Registry
 	// PeerMetrics are the peer metrics, registered on Registry (nil: none).
 	PeerMetrics *peer.Metrics
@@ -178,6 +179,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	if a.repoMetrics, err = repo.NewMetrics(deps.Registry); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	if err := deps.Registry.Register(newBoardCollector(a.board)); err != nil {
+		return nil, fmt.Errorf("new agent: register the node's metrics: %w", err)
 	}
 	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
 	peers := serve.NewHandler(a.log, a.store, deps.PeerMetrics, serve.RequireToken(deps.Token))

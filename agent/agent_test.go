@@ -3,10 +3,12 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +112,15 @@ func TestAgentServesAGivenISO(t *testing.T) {
 	resp.Body.Close()
 	require.True(t, got.Ready)
 	require.Equal(t, s.ISO.SHA512, got.ISO.SHA512)
+	// /metrics tells the same: the node's repo ready, its ISO Ready and held whole.
+	resp, err = http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), "\nupgrade_repo_agent_ready 1\n")
+	require.Contains(t, string(metrics), "\nupgrade_repo_agent_iso_state{state=\"Ready\"} 1\n")
+	require.Contains(t, string(metrics), "\nupgrade_repo_agent_iso_held_bytes "+strconv.FormatFloat(float64(s.ISO.Size), 'g', -1, 64)+"\n")
 
 	cancel()
 	require.NoError(t, <-done)

@@ -200,6 +200,24 @@ render monitored --set serviceMonitor.enabled=true --set serviceMonitor.labels.r
 has monitored 'kind: ServiceMonitor'
 has monitored 'release: prom'
 
+# The dashboard and the alert rules: off by default; the dashboard's ConfigMap carries the label
+# Grafana's sidecar is set to look for, in the namespace it watches. internal/monitoring's test
+# parses both and checks every metric they name against what the code exposes.
+hasnt defaults 'kind: PrometheusRule'
+hasnt defaults 'grafana_dashboard'
+hasnt monitored 'kind: PrometheusRule'
+render dashboard --set monitoring.dashboard.enabled=true --set monitoring.dashboard.label=dash \
+  --set monitoring.dashboard.labelValue=yes --set monitoring.dashboard.namespace=grafana
+has dashboard '^    dash: "yes"$'
+has dashboard '^  namespace: grafana$'
+has dashboard '"uid": "upgrade-repo"'
+render rules --set monitoring.rules.enabled=true --set monitoring.rules.stalledAfter=7m \
+  --set sequencer.enabled=false --api-versions monitoring.coreos.com/v1
+has rules 'kind: PrometheusRule'
+has rules 'changes\(upgrade_repo_agent_iso_held_bytes\{namespace="ns"\}\[7m\]\)'
+has rules 'alert: UpgradeRepoAgentNotReporting'
+hasnt rules 'alert: UpgradeRepoSequencerNotReporting'
+
 render existing --set gossip.existingSecret=my-key --set sequencer.enabled=false
 hasnt existing 'kind: Secret'
 has existing 'secretName: my-key'
@@ -348,6 +366,8 @@ refuse 'release.isoURL is required' --set release.isoChecksum=sha512:00
 refuse 'release.isoChecksum' --set release.isoURL=http://x/r.iso
 refuse 'gossip.key must be 16, 24 or 32' "${iso[@]}" --set gossip.key=short
 refuse 'monitoring.coreos.com/v1' "${iso[@]}" --set serviceMonitor.enabled=true
+refuse 'monitoring.coreos.com/v1' "${iso[@]}" --set monitoring.rules.enabled=true
+refuse 'monitoring.dashboard.label is required' "${iso[@]}" --set monitoring.dashboard.enabled=true --set monitoring.dashboard.label=
 
 # 5. The kustomize base builds, when a kustomize is at hand.
 if command -v kubectl >/dev/null 2>&1 && kubectl kustomize --help >/dev/null 2>&1; then

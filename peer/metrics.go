@@ -68,8 +68,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Every label value the code uses starts at 0, so that rate() and increase() see the first
+	// byte or failure too, and an alert on a failure fires at the first.
 	for _, mode := range []string{FileZeroCopy, FileCopied} {
 		m.FileBytes.WithLabelValues(mode)
+	}
+	for _, source := range []string{SourcePeer, SourceOrigin} {
+		m.FetchedBytes.WithLabelValues(source)
+	}
+	m.ServedBytes.WithLabelValues(KindISO)
+	for _, kind := range []string{KindChunk, KindISO} {
+		m.VerificationFailures.WithLabelValues(kind)
+	}
+	for _, result := range []string{VerifiedOK, VerifiedMismatch, VerifiedReused} {
+		m.Verifications.WithLabelValues(result)
+	}
+	for _, transport := range []string{TransportPacket, TransportStream} {
+		m.GossipSentBytes.WithLabelValues(transport)
 	}
 	return m, nil
 }
@@ -87,6 +102,20 @@ func (m *Metrics) Served(kind string, n int64) {
 		m.ServedBytes.WithLabelValues(kind).Add(float64(n))
 	}
 }
+
+// The label values of the metrics: the sources of FetchedBytes, the kinds of ServedBytes and
+// VerificationFailures, the results of Verifications and the transports of GossipSentBytes.
+const (
+	SourcePeer       = "peer"
+	SourceOrigin     = "origin"
+	KindISO          = "iso"
+	KindChunk        = "chunk"
+	VerifiedOK       = "ok"
+	VerifiedMismatch = "mismatch"
+	VerifiedReused   = "reused"
+	TransportPacket  = "packet"
+	TransportStream  = "stream"
+)
 
 // The modes of FileBytes.
 const (

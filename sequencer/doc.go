@@ -2,7 +2,8 @@
 // plan, its Version and the observed nodes and agent reports to the next action; the Reconciler
 // observes the cluster through controller-runtime, calls Decide and applies its action. Every
 // action is idempotent and all progress lives in the plan's status, so a restarted sequencer
-// resumes where the last one stopped.
+// resumes where the last one stopped. Metrics exposes the plans' phase, conditions and nodes by
+// state to Prometheus, read from the cluster at each scrape.
 //
 // Imports: api, policy, release, repoclient, suc and controller-runtime; never the node's side
 // (agent, peer, preload, iso, repo) nor containerd or memberlist.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
@@ -147,6 +148,9 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		return nil
 	})); err != nil {
 		return fmt.Errorf("add the installed version's seed: %w", err)
+	}
+	if _, err := sequencer.NewMetrics(mgr.GetClient(), a.log.With("component", "metrics"), ctrlmetrics.Registry); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)

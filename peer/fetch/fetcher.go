@@ -135,13 +135,13 @@ func (f *Fetcher) openCached(req Request) *cache.LocalISO {
 	l, reused, err := f.store.OpenCached(req.Path, req.SHA512, f.chunkSizeFor(req.SHA512))
 	if err == nil {
 		if reused {
-			f.o.metrics.Verified("reused")
+			f.o.metrics.Verified(peer.VerifiedReused)
 		} else {
-			f.o.metrics.Verified("ok")
+			f.o.metrics.Verified(peer.VerifiedOK)
 		}
 		return l
 	}
-	f.o.metrics.Verified("mismatch")
+	f.o.metrics.Verified(peer.VerifiedMismatch)
 	kept, serr := f.store.Salvage(req.Path, req.SHA512)
 	switch {
 	case serr != nil:

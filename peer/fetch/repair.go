@@ -24,7 +24,7 @@ func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err err
 	if !errors.Is(mismatch, peer.ErrVerification) {
 		return false, fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, mismatch)
 	}
-	r.f.o.metrics.Failed("iso")
+	r.f.o.metrics.Failed(peer.KindISO)
 	if len(r.weak) > 0 && r.rechecks < maxRechecks {
 		r.rechecks++
 		confirmed, bad, bySource := r.recheck(ctx)
@@ -58,12 +58,12 @@ func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err err
 		}
 		n := int64(len(res.data))
 		originBytes += n
-		r.f.o.metrics.Fetched("origin", n)
+		r.f.o.metrics.Fetched(peer.SourceOrigin, n)
 		prev := r.iso.Digest(c)
 		if prev != res.sum {
 			differed++
 			bySource[src]++
-			r.f.o.metrics.Failed("chunk")
+			r.f.o.metrics.Failed(peer.KindChunk)
 			r.avoid[src] = time.Now().Add(r.f.o.avoidFor)
 			if err := r.iso.WriteChunk(c, res.data, res.sum); err != nil {
 				return false, err
@@ -84,7 +84,7 @@ func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err err
 	r.hashInOrder(ctx, nil, hashed)
 	if err := <-hashed; err != nil {
 		if errors.Is(err, peer.ErrVerification) {
-			r.f.o.metrics.Verified("mismatch")
+			r.f.o.metrics.Verified(peer.VerifiedMismatch)
 		}
 		r.resetAll()
 		return false, fmt.Errorf("ISO %.16s still does not match its sha512 after repair from the origin: %w", r.req.SHA512, err)
@@ -109,7 +109,7 @@ func (r *run) recheck(ctx context.Context) (confirmed, bad int, bySource map[str
 		}
 		bad++
 		bySource[src]++
-		r.f.o.metrics.Failed("chunk")
+		r.f.o.metrics.Failed(peer.KindChunk)
 		r.avoid[src] = time.Now().Add(r.f.o.avoidFor)
 		r.fromPeers -= r.iso.ChunkLen(c)
 		r.iso.DropChunk(c)

@@ -124,7 +124,7 @@ func (r *run) run(ctx context.Context) error {
 				return r.complete()
 			}
 			if errors.Is(err, peer.ErrVerification) {
-				r.f.o.metrics.Verified("mismatch")
+				r.f.o.metrics.Verified(peer.VerifiedMismatch)
 			}
 			refetch, err := r.repair(ctx, err)
 			if err != nil {
@@ -191,7 +191,7 @@ func (r *run) gaveUp() error {
 
 // complete moves the verified ISO into place.
 func (r *run) complete() error {
-	r.f.o.metrics.Verified("ok")
+	r.f.o.metrics.Verified(peer.VerifiedOK)
 	if err := r.iso.Finish(r.req.Path); err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (r *run) finishJob(ctx context.Context, res result) {
 			return
 		}
 		if res.bad {
-			r.f.o.metrics.Failed("chunk")
+			r.f.o.metrics.Failed(peer.KindChunk)
 			r.avoid[j.source] = time.Now().Add(r.f.o.avoidFor)
 			r.f.log.Warn("peer sent a bad chunk, avoiding it", "peer", j.source, "chunk", j.chunk, "err", res.err)
 			return
@@ -345,9 +345,9 @@ func (r *run) keep(j *job, res result) {
 	}
 	if j.source == originSource {
 		r.fromOrigin += int64(len(res.data))
-		r.f.o.metrics.Fetched("origin", int64(len(res.data)))
+		r.f.o.metrics.Fetched(peer.SourceOrigin, int64(len(res.data)))
 	} else {
 		r.fromPeers += int64(len(res.data))
-		r.f.o.metrics.Fetched("peer", int64(len(res.data)))
+		r.f.o.metrics.Fetched(peer.SourcePeer, int64(len(res.data)))
 	}
 }

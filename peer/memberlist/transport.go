@@ -82,7 +82,7 @@ func (t *countingTransport) count(c net.Conn) net.Conn {
 func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	ts, err := t.NetTransport.WriteTo(b, addr)
 	if err == nil {
-		t.metrics.GossipSent("packet", len(b))
+		t.metrics.GossipSent(peer.TransportPacket, len(b))
 	}
 	return ts, err
 }
@@ -91,7 +91,7 @@ func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	ts, err := t.NetTransport.WriteToAddress(b, a)
 	if err == nil {
-		t.metrics.GossipSent("packet", len(b))
+		t.metrics.GossipSent(peer.TransportPacket, len(b))
 	}
 	return ts, err
 }
@@ -133,6 +133,6 @@ type countingConn struct {
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	c.metrics.GossipSent("stream", n)
+	c.metrics.GossipSent(peer.TransportStream, n)
 	return n, err
 }

@@ -1,0 +1,114 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+)
+
+// Metrics exposes the UpgradePlans as the upgrade_repo_plan_ metrics, read from the cluster at
+// each scrape, so that a deleted plan leaves no series behind and every replica of the sequencer
+// (leader or not) tells the same. Plans are few and their nodes are counted by state, never
+// listed one by one: the agents' own metrics carry each node's progress. It is safe for
+// concurrent use.
+type Metrics struct {
+	c       client.Reader
+	log     *slog.Logger
+	timeout time.Duration
+
+	info, phase, phaseStarted, condition, nodes *prometheus.Desc
+	readErrors                                  prometheus.Counter
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// NewMetrics returns the plans' metrics read through c, and registers them on reg. A read that
+// fails is logged on log and counted in upgrade_repo_plan_read_errors_total; the scrape then has
+// no plan series but still succeeds.
+func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*Metrics, error) {
+	if c == nil || log == nil || reg == nil {
+		return nil, errors.New("new plan metrics: the client, the logger and the registerer are required")
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("upgrade_repo_plan_"+name, help, labels, nil)
+	}
+	m := &Metrics{
+		c: c, log: log, timeout: 10 * time.Second,
+		info:         d("info", "1 for each UpgradePlan, with the Version it upgrades to.", "plan", "version"),
+		phase:        d("phase", "1 for the current phase of each UpgradePlan.", "plan", "phase"),
+		phaseStarted: d("phase_started_timestamp_seconds", "When each UpgradePlan entered its current phase, in seconds since the epoch.", "plan"),
+		condition:    d("condition", "1 for the status (True, False, Unknown) of each condition (Available, Progressing, Degraded) of each UpgradePlan.", "plan", "condition", "status"),
+		nodes:        d("nodes", "Nodes of each UpgradePlan by their state in it.", "plan", "state"),
+		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "upgrade_repo_plan_read_errors_total",
+			Help: "Scrapes whose read of the UpgradePlans failed.",
+		}),
+	}
+	if err := reg.Register(m); err != nil {
+		return nil, fmt.Errorf("register plan metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Describe sends the descriptors of every metric Collect sends.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.info, m.phase, m.phaseStarted, m.condition, m.nodes} {
+		ch <- d
+	}
+	m.readErrors.Describe(ch)
+}
+
+// Collect reads the plans and sends their metrics. A scrape carries no context: the read is
+// bounded by the collector's timeout instead.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	var plans v1beta1.UpgradePlanList
+	if err := m.c.List(ctx, &plans); err != nil {
+		m.log.Warn("read upgrade plans for metrics", "err", err)
+		m.readErrors.Inc()
+	}
+	m.readErrors.Collect(ch)
+	for i := range plans.Items {
+		collectPlan(ch, m, &plans.Items[i])
+	}
+}
+
+// collectPlan sends the metrics of one plan.
+func collectPlan(ch chan<- prometheus.Metric, m *Metrics, p *v1beta1.UpgradePlan) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(m.info, 1, p.Name, p.Spec.Version)
+	if p.Status.Phase != "" {
+		gauge(m.phase, 1, p.Name, string(p.Status.Phase))
+	}
+	// The last transition into the current phase: a retried plan enters a phase again.
+	for i := len(p.Status.PhaseTransitionTimestamps) - 1; i >= 0; i-- {
+		if ts := p.Status.PhaseTransitionTimestamps[i]; ts.Phase == p.Status.Phase {
+			gauge(m.phaseStarted, float64(ts.PhaseTransitionTimestamp.Unix()), p.Name)
+			break
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		gauge(m.condition, 1, p.Name, c.Type, string(c.Status))
+	}
+	byState := map[v1beta1.NodeState]int{}
+	for _, n := range p.Status.NodeUpgradeStatuses {
+		state := n.State
+		if state == "" {
+			state = "Unknown"
+		}
+		byState[state]++
+	}
+	for state, n := range byState {
+		gauge(m.nodes, float64(n), p.Name, string(state))
+	}
+}

@@ -1,0 +1,151 @@
+package sequencer_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
+)
+
+// gathered returns what reg gathers as sorted "name{labels} value" lines.
+func gathered(t *testing.T, reg prometheus.Gatherer) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var lines []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, l.GetName()+"="+strconv.Quote(l.GetValue()))
+			}
+			v := m.GetGauge().GetValue()
+			if mf.GetType().String() == "COUNTER" {
+				v = m.GetCounter().GetValue()
+			}
+			key := mf.GetName()
+			if len(ls) > 0 {
+				key += "{" + strings.Join(ls, ",") + "}"
+			}
+			lines = append(lines, key+" "+strconv.FormatFloat(v, 'g', -1, 64))
+		}
+	}
+	sort.Strings(lines)
+	return lines
+}
+
+// The plans' metrics tell each plan's phase, since when, its conditions and its nodes by state,
+// read afresh at each scrape.
+func TestMetricsTellThePlans(t *testing.T) {
+	t.Parallel()
+	entered := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		plans []v1beta1.UpgradePlan
+		want  []string
+	}{
+		{name: "no plan", want: []string{"upgrade_repo_plan_read_errors_total 0"}},
+		{
+			name: "a plan preloading, degraded",
+			plans: []v1beta1.UpgradePlan{{
+				ObjectMeta: metav1.ObjectMeta{Name: "hvst-upgrade"},
+				Spec:       v1beta1.UpgradePlanSpec{Version: "v1.6.0"},
+				Status: v1beta1.UpgradePlanStatus{
+					Phase: v1beta1.PhaseImagePreloading,
+					PhaseTransitionTimestamps: []v1beta1.PhaseTransitionTimestamp{
+						{Phase: v1beta1.PhaseInitializing, PhaseTransitionTimestamp: metav1.NewTime(entered.Add(-time.Hour))},
+						{Phase: v1beta1.PhaseImagePreloading, PhaseTransitionTimestamp: metav1.NewTime(entered)},
+					},
+					Conditions: []metav1.Condition{
+						{Type: v1beta1.ConditionProgressing, Status: metav1.ConditionTrue},
+						{Type: v1beta1.ConditionDegraded, Status: metav1.ConditionTrue},
+					},
+					NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{
+						"n1": {State: v1beta1.NodeImagePreloaded}, "n2": {State: v1beta1.NodeImagePreloading},
+						"n3": {State: v1beta1.NodeImagePreloading}, "n4": {},
+					},
+				},
+			}},
+			want: []string{
+				`upgrade_repo_plan_condition{condition="Degraded",plan="hvst-upgrade",status="True"} 1`,
+				`upgrade_repo_plan_condition{condition="Progressing",plan="hvst-upgrade",status="True"} 1`,
+				`upgrade_repo_plan_info{plan="hvst-upgrade",version="v1.6.0"} 1`,
+				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloaded"} 1`,
+				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloading"} 2`,
+				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="Unknown"} 1`,
+				`upgrade_repo_plan_phase_started_timestamp_seconds{plan="hvst-upgrade"} ` + strconv.FormatFloat(float64(entered.Unix()), 'g', -1, 64),
+				`upgrade_repo_plan_phase{phase="ImagePreloading",plan="hvst-upgrade"} 1`,
+				"upgrade_repo_plan_read_errors_total 0",
+			},
+		},
+		{
+			name: "a new plan and a finished one",
+			plans: []v1beta1.UpgradePlan{
+				{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.6.0"}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "old"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.5.2"}, Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseSucceeded}},
+			},
+			want: []string{
+				`upgrade_repo_plan_info{plan="new",version="v1.6.0"} 1`,
+				`upgrade_repo_plan_info{plan="old",version="v1.5.2"} 1`,
+				`upgrade_repo_plan_phase{phase="Succeeded",plan="old"} 1`,
+				"upgrade_repo_plan_read_errors_total 0",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := fake.NewClientBuilder().WithScheme(testScheme(t))
+			for i := range tc.plans {
+				b = b.WithObjects(&tc.plans[i])
+			}
+			reg := prometheus.NewPedanticRegistry()
+			_, err := sequencer.NewMetrics(b.Build(), slog.New(slog.DiscardHandler), reg)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, gathered(t, reg))
+		})
+	}
+}
+
+// A plan's phase series follows the plan from one scrape to the next; a read that fails is
+// counted and leaves the scrape without plan series, not failed.
+func TestMetricsMoveWithThePlan(t *testing.T) {
+	t.Parallel()
+	plan := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.6.0"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseISODownloading}}
+	failList := false
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(plan).WithStatusSubresource(plan).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if failList {
+				return errors.New("the API server is away")
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	reg := prometheus.NewPedanticRegistry()
+	_, err := sequencer.NewMetrics(c, slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	require.Contains(t, gathered(t, reg), `upgrade_repo_plan_phase{phase="ISODownloading",plan="p"} 1`)
+
+	plan.Status.Phase = v1beta1.PhaseFailed
+	require.NoError(t, c.Status().Update(t.Context(), plan))
+	got := gathered(t, reg)
+	require.Contains(t, got, `upgrade_repo_plan_phase{phase="Failed",plan="p"} 1`)
+	require.NotContains(t, got, `upgrade_repo_plan_phase{phase="ISODownloading",plan="p"} 1`)
+
+	failList = true
+	require.Equal(t, []string{"upgrade_repo_plan_read_errors_total 1"}, gathered(t, reg))
+}
