@@ -84,4 +84,3 @@ func mirrorDeps(deps *agent.Deps, cs *containerd.Store, listen, cacheDir string)
 	deps.Mirror = &agent.Mirror{Handler: h, Lists: lists, Listener: ln}
 	return nil
 }
-
