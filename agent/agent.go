@@ -121,6 +121,8 @@ type Deps struct {
 	PeerMetrics *peer.Metrics
 	// Images is the node's image store the release is preloaded into; nil: no preload.
 	Images preload.Store
+	// Mirror is the release image registry the agent serves; nil: none.
+	Mirror *Mirror
 	// Kube is the cluster the agent reports to and whose UpgradePlans it watches; nil: none.
 	// It must know the v1beta1 kinds.
 	Kube client.WithWatch
@@ -146,6 +148,8 @@ type Agent struct {
 	repoMetrics *repo.Metrics
 	http        *http.Server
 
+	mirror *Mirror
+
 	kube   client.WithWatch
 	plans  *instructions // nil without Kube
 	report *reporter     // nil without Kube
@@ -159,12 +163,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	switch {
 	case deps.Log == nil, deps.Listener == nil, deps.Directory == nil, deps.Gossip == nil, deps.Registry == nil:
 		return nil, errors.New("new agent: the logger, listener, directory, gossip member and registry are required")
+	case deps.Mirror != nil && (deps.Mirror.Handler == nil || deps.Mirror.Lists == nil):
+		return nil, errors.New("new agent: the mirror needs its handler and lists")
 	case cfg.ISOFile == "" && cfg.ISOURL == "" && deps.Kube == nil:
 		return nil, errors.New("new agent: without an ISO of its own, the agent follows the cluster's plans: a cluster client is required")
 	case deps.Kube != nil && cfg.ReportInterval <= 0:
 		return nil, fmt.Errorf("new agent: report interval %s: want a positive duration", cfg.ReportInterval)
 	}
-	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube, registry: deps.Registry}
+	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube, registry: deps.Registry, mirror: deps.Mirror}
 	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
 	a.store = cache.NewStore(deps.Directory, cache.WithLogger(a.log), cache.WithOnDamage(a.damaged))
 	settle := cfg.Settle
@@ -186,7 +192,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
 	peers := serve.NewHandler(a.log, a.store, deps.PeerMetrics, serve.RequireToken(deps.Token))
 	step := &stepHandler{board: a.board, log: a.log, now: time.Now}
-	a.http = &http.Server{Handler: routes(peers, a.board, step, a.server), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	var v2 http.Handler
+	if deps.Mirror != nil {
+		v2 = deps.Mirror.Handler
+	}
+	a.http = &http.Server{Handler: routes(peers, a.board, step, a.server, v2), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if deps.Kube != nil {
 		a.plans = newInstructions()
 		w, err := report.NewWriter(deps.Kube, cfg.Node)
@@ -205,9 +215,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 // routes returns the agent's HTTP handler: the peers' ISOs, the status, the node step's reports
 // and, for every other path, the repo's files. The step's route takes every method (and refuses
 // all but POST itself), so that no request to it reaches the ISO's files, and it answers whether
-// or not the node serves an ISO.
-func routes(peers, status, step, files http.Handler) http.Handler {
+// or not the node serves an ISO. The release image registry, when there is one, has /v2/.
+func routes(peers, status, step, files, v2 http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if v2 != nil {
+		mux.Handle("/v2/", v2)
+	}
 	mux.Handle("/v1/iso/", peers)
 	mux.Handle("GET /v1/status", status)
 	mux.Handle(StepPath, step)
@@ -237,6 +250,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return a.gossip.Run(gctx) })
+	g.Go(func() error { return a.serveMirror(gctx) })
 	g.Go(func() error { a.join(gctx); return nil })
 	if a.kube != nil {
 		// client-go's informer logs through the logger its context carries: this agent's.

@@ -244,6 +244,7 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		}
 		defer f.Close()
 		rel = releaseName(fsys, hex)
+		a.listImages(fsys, rel)
 		sources := []preload.Source{preload.NewFSSource("iso", fsys)}
 		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel)}
 		p, err := preload.New(a.images, sources, append(opts, preload.WithRegisterer(prometheus.NewRegistry()))...)
@@ -309,6 +310,7 @@ func (a *Agent) unpin(ctx context.Context, rel, hex string) {
 	if installed {
 		drop = func(r string) bool { return r != rel }
 	}
+	a.forgetImages(drop)
 	n, err := pinner.Unpin(ctx, drop)
 	if err != nil {
 		a.log.Warn("unpin images", "release", rel, "installed", installed, "err", err)

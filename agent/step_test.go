@@ -136,7 +136,7 @@ func TestRoutes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := NewBoard("n1", nil)
-			h := routes(named("peers"), named("status"), newStepHandler(b, time.Unix(1000, 0)), files)
+			h := routes(named("peers"), named("status"), newStepHandler(b, time.Unix(1000, 0)), files, nil)
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
 			require.Equal(t, tc.code, rec.Code, rec.Body.String())

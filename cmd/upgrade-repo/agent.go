@@ -44,7 +44,7 @@ holds it.
 type agentConfig struct {
 	agent.Config
 	listen, advertise, gossipListen, gossipAdvertise, join, sock, keyFile, kubeconfig string
-	snapshotter                                                                       string
+	snapshotter, mirrorListen                                                         string
 	report, unpack, direct                                                            bool
 	// kube is the cluster to report to, with report.
 	kube client.WithWatch
@@ -71,6 +71,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&c.unpack, "unpack", true, "also unpack the preloaded images into --snapshotter, so that their first container starts without unpacking")
 	fset.StringVar(&c.snapshotter, "snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
 	fset.BoolVar(&c.direct, "direct-ingest", true, "write blobs straight into containerd's content directory when it is reachable from this process (else through containerd's content service)")
+	fset.StringVar(&c.mirrorListen, "mirror-listen", "", "the address of the release image registry the node's containerd uses as a mirror (needs --containerd-sock; empty: off)")
 	fset.StringVar(&c.keyFile, "gossip-key-file", "", "a file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64)")
 	fset.DurationVar(&c.Grace, "grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
 	fset.DurationVar(&c.Settle, "settle", 3*time.Second, "how long nodes starting together wait to split the origin's work before asking it")
@@ -143,6 +144,7 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 		}
 	}
 	deps := agent.Deps{Log: a.log, Seeds: strings.FieldsFunc(c.join, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
+	var images *containerd.Store
 	if c.sock != "" {
 		copts := []containerd.Option{containerd.WithLogger(a.log), containerd.WithDirectIngest(c.direct)}
 		if c.unpack {
@@ -154,6 +156,7 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 		}
 		defer cs.Close()
 		deps.Images = cs
+		images = cs
 	}
 	deps.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if deps.PeerMetrics, err = peer.NewMetrics(deps.Registry); err != nil {
@@ -187,6 +190,12 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 	}
 	defer func() { _ = gossip.Shutdown() }()
 	deps.Gossip = gossip
+	if err := mirrorDeps(&deps, images, c.mirrorListen, c.CacheDir); err != nil {
+		return err
+	}
+	if deps.Mirror != nil {
+		defer deps.Mirror.Listener.Close()
+	}
 	ag, err := agent.New(c.Config, deps)
 	if err != nil {
 		return err

@@ -42,6 +42,7 @@ func commands() map[string]command {
 		"release":   {"build release ISOs (release pack)", runRelease},
 		"preload":   {"import a release's images into containerd", runPreload},
 		"agent":     {"the per-node agent: acquire, serve, share and preload the release", runAgent},
+		"mirror":    {"configure the node's containerd to pull the release's images from its agent (mirror hosts)", runMirror},
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
 		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},

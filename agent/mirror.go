@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/preload"
+	"github.com/upgrade-repo/upgrade-repo/registry"
+)
+
+// Mirror is the release image registry an agent serves (see package registry): on the agent's
+// own listener under /v2/, where peers ask for what their node lacks, and on a listener of its
+// own, which the node's containerd uses as a mirror.
+type Mirror struct {
+	// Handler serves /v2/ (required).
+	Handler http.Handler
+	// Lists is the Handler's catalog; the agent sets the image lists of the releases it preloads
+	// and drops those of releases no longer needed (required).
+	Lists *registry.Lists
+	// Listener is where the node's containerd reaches the registry; nil: the agent's own only.
+	// Run closes it.
+	Listener net.Listener
+}
+
+// listsDir is where, under the cache directory, the image lists the mirror serves are kept, so
+// that they outlive both the ISO and a restart of the agent.
+const listsDir = "mirror-lists"
+
+// serveMirror serves again the image lists kept by an earlier run, then the mirror on its own
+// listener until ctx ends.
+func (a *Agent) serveMirror(ctx context.Context) error {
+	if a.mirror == nil {
+		return nil
+	}
+	a.loadLists()
+	if a.mirror.Listener == nil {
+		return nil
+	}
+	srv := &http.Server{Handler: a.mirror.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Grace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+	}()
+	a.log.Info("release image registry listening", "addr", a.mirror.Listener.Addr().String())
+	if err := srv.Serve(a.mirror.Listener); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve the release image registry: %w", err)
+	}
+	return nil
+}
+
+// listImages makes the mirror serve the images of release rel, whose ISO is fsys.
+func (a *Agent) listImages(fsys fs.FS, rel string) {
+	if a.mirror == nil {
+		return
+	}
+	archives, err := preload.LoadArchives(fsys)
+	if err != nil {
+		a.log.Warn("release image registry: read the release's image lists", "release", rel, "err", err)
+		return
+	}
+	var refs []string
+	for _, ar := range archives {
+		refs = append(refs, ar.Images...)
+	}
+	a.mirror.Lists.Set(rel, refs)
+	if a.cfg.CacheDir == "" {
+		return
+	}
+	dir := filepath.Join(a.cfg.CacheDir, listsDir)
+	err = os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, rel+".txt"), []byte(strings.Join(refs, "\n")+"\n"), 0o644)
+	}
+	if err != nil {
+		a.log.Warn("release image registry: keep the release's image list", "release", rel, "err", err)
+	}
+}
+
+// forgetImages stops serving the images of the releases drop names.
+func (a *Agent) forgetImages(drop func(release string) bool) {
+	if a.mirror == nil || a.cfg.CacheDir == "" {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(a.cfg.CacheDir, listsDir, "*.txt"))
+	for _, f := range files {
+		rel := strings.TrimSuffix(filepath.Base(f), ".txt")
+		if drop(rel) {
+			a.mirror.Lists.Drop(rel)
+			if err := os.Remove(f); err != nil {
+				a.log.Warn("release image registry: remove an image list", "release", rel, "err", err)
+			}
+		}
+	}
+}
+
+// loadLists serves again the image lists kept by an earlier run.
+func (a *Agent) loadLists() {
+	if a.cfg.CacheDir == "" {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(a.cfg.CacheDir, listsDir, "*.txt"))
+	for _, f := range files {
+		p, err := os.ReadFile(f)
+		if err != nil {
+			a.log.Warn("release image registry: read a kept image list", "file", f, "err", err)
+			continue
+		}
+		a.mirror.Lists.Set(strings.TrimSuffix(filepath.Base(f), ".txt"), strings.Fields(string(p)))
+	}
+}
