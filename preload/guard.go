@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 )
 
 // Watcher is an optional capability of a Store, found by type assertion: it tells of images
@@ -145,19 +147,16 @@ func (g *Guard) Run(ctx context.Context, meta fs.FS) error {
 
 // watch runs w's watch until ctx ends, starting it again after a failure.
 func (g *Guard) watch(ctx context.Context, w Watcher, removed func(string)) {
-	wait := time.Second
+	retry := backoff.Policy{Initial: time.Second, Max: max(g.interval, time.Second), Jitter: 0.2}.Start()
 	for {
 		err := w.WatchRemovals(ctx, removed)
 		if ctx.Err() != nil {
 			return
 		}
-		g.log.Info("watching image removals failed, watching again", "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
+		g.log.Info("watching image removals failed, watching again", "err", err, "in", retry.Next())
+		if retry.Wait(ctx) != nil {
 			return
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, g.interval)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 )
 
 // target is one server under test and the processes whose CPU and memory it uses.
@@ -220,7 +222,7 @@ func ranged(ctx context.Context, t target, path string, clients int, rangeSize i
 				off := (first + done) % size
 				n := min(rangeSize, size-off)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
-				req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+				req.Header.Set("Range", httprange.Request(off, n))
 				resp, err := c.Do(req)
 				if err == nil {
 					var got int64
