@@ -83,7 +83,7 @@ measure() {
   t1=$(date +%s.%N)
   sleep 0.2
   tail -n +"$((before + 1))" "$LOG" | awk -v n="$name" -v s="$(echo "$t1 - $t0" | bc -l)" \
-    '{ r++; b += $2 } END { printf "%s_requests=%d\n%s_bytes=%d\n%s_seconds=%.3f\n", n, r, n, b, n, s }'
+    '{ r++; b += $2 } END { printf "%s_requests=%d\n%s_bytes=%.0f\n%s_seconds=%.3f\n", n, r, n, b, n, s }'
 }
 
 {
