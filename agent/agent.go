@@ -52,6 +52,12 @@ type Config struct {
 	// ImageCheckInterval is how often, while the node holds an ISO, the image store is checked
 	// for release images that went missing, besides the store's removal events (zero: 5m).
 	ImageCheckInterval time.Duration
+	// CleanImages removes from the image store, once a plan Succeeded, the images of the
+	// releases the node ran before that the new release does not list and nothing uses (see
+	// clean.go); it needs CacheDir, where the releases' image lists are kept.
+	CleanImages bool
+	// CleanDryRun only reports what CleanImages would remove.
+	CleanDryRun bool
 }
 
 // Validate reports the first setting that cannot work, or nil.
@@ -140,6 +146,10 @@ type Agent struct {
 	// are registered on it.
 	registry *prometheus.Registry
 	guardReg atomic.Bool
+	// lists keeps the image lists of the releases preloaded (nil without a cache directory);
+	// cleaner removes earlier releases' images (nil when off). See clean.go.
+	lists   *preload.ListArchive
+	cleaner *preload.Cleaner
 
 	board       *Board
 	store       *cache.Store
@@ -181,6 +191,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.fetch, err = fetch.NewFetcher(a.log, deps.Directory, deps.Gossip, a.store, fetch.WithMetrics(deps.PeerMetrics),
 		fetch.WithSettle(settle), fetch.WithToken(deps.Token))
 	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	if err := a.setupClean(deps.Registry); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	if a.repoMetrics, err = repo.NewMetrics(deps.Registry); err != nil {

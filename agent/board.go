@@ -44,6 +44,8 @@ type Status struct {
 	// Step is what the node's upgrade step last reported (POST /v1/step); nil until one reports.
 	// The board never changes a step it holds: it replaces it whole.
 	Step *v1beta1.RepoNodeStep `json:"step,omitempty"`
+	// Cleanup is the last removal of earlier releases' images (see clean.go); a reset keeps it.
+	Cleanup *preload.Cleanup `json:"cleanup,omitempty"`
 }
 
 // ISOStatus is the state of one ISO on this node.
@@ -259,6 +261,7 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 			st.Preload.State = ""
 		}
 	}
+	st.Cleanup = repoNodeCleanup(s.Cleanup)
 	st.Preload.RestoredTotal = s.RestoredTotal
 	for _, r := range s.Restored {
 		st.Preload.Restored = append(st.Preload.Restored, v1beta1.RepoNodeRestore{Image: r.Image, Source: r.Source, Time: metav1.NewTime(r.Time)})

@@ -127,6 +127,9 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 	}
 	a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
 	a.unpin(ctx, rel, hex)
+	if a.installed(hex) {
+		a.clean(ctx, rel) // after the unpin: the earlier releases' images are unpinned by then
+	}
 	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
 		a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
 	}
@@ -245,6 +248,7 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		defer f.Close()
 		rel = releaseName(fsys, hex)
 		a.listImages(fsys, rel)
+		a.archiveLists(rel, fs.FS(fsys))
 		sources := []preload.Source{preload.NewFSSource("iso", fsys)}
 		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel)}
 		p, err := preload.New(a.images, sources, append(opts, preload.WithRegisterer(prometheus.NewRegistry()))...)
@@ -299,13 +303,7 @@ func (a *Agent) unpin(ctx context.Context, rel, hex string) {
 	if !ok || rel == "" {
 		return
 	}
-	in, _ := a.plans.current()
-	installed := false
-	for _, c := range in.Installed {
-		if x, err := checksum.Parse(c); err == nil && x.Hex() == hex {
-			installed = true
-		}
-	}
+	installed := a.installed(hex)
 	drop := func(r string) bool { return r == rel }
 	if installed {
 		drop = func(r string) bool { return r != rel }

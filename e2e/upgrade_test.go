@@ -68,7 +68,10 @@ type upgradeWatch struct {
 // Disk pressure: once the images are preloaded (and pinned), one is removed from the last node's
 // containerd, as the kubelet's image garbage collection would; that node's agent imports it again
 // from its ISO, its RepoNode says so, and the image is there and pinned after the plan Succeeded.
-// The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
+// Cleaning: a previous release (an image nothing uses, a second name of the agents' image) is put
+// on every node and its list written into each agent's image list archive before the plan; after
+// the plan Succeeded, every agent removed the unused image, kept the used one and named it in its
+// RepoNode. The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
 func TestUpgrade(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
@@ -110,6 +113,7 @@ func TestUpgrade(t *testing.T) {
 	})
 	// A plan whose ISO refuses the installed version fails before any download.
 	refusedIn := refusedBeforeDownload(t, c, upgradeImage, meta.Harvester, meta.MinUpgradableVersion)
+	prev := installPreviousRelease(t, c)
 	// Node containers started from here on are reboots (the upgrade image's).
 	boots := watchNodeContainers(t, c)
 	start := time.Now()
@@ -250,6 +254,9 @@ func TestUpgrade(t *testing.T) {
 	})
 
 	t.Run("a release image removed after the preload is put back from the node's ISO", w.requireImageRestored)
+	t.Run("the previous release's images nothing uses are gone from every node, those in use remain", func(t *testing.T) {
+		requirePreviousCleaned(t, c, prev, meta.Harvester)
+	})
 
 	t.Run("the upgrade image did its work once on every node, management nodes first", func(t *testing.T) {
 		ran := map[string]time.Time{}

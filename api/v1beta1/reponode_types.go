@@ -140,9 +140,65 @@ type RepoNodeStatus struct {
 	// nil until a step reports.
 	// +optional
 	Step *RepoNodeStep `json:"step,omitempty"`
+	// Cleanup is the last removal of earlier releases' images from the node's containerd, after
+	// an upgrade Succeeded; nil until one ran.
+	// +optional
+	Cleanup *RepoNodeCleanup `json:"cleanup,omitempty"`
 	// HeartbeatTime is when the agent last wrote the report.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
+}
+
+// RepoNodeCleanup is the removal, from the node's containerd, of the images of the releases the
+// node ran before (as its image list archive records them) that the running release does not
+// list and nothing uses.
+type RepoNodeCleanup struct {
+	// Release is the release the node runs now.
+	Release string `json:"release"`
+	// Previous are the earlier releases whose images were considered.
+	// +optional
+	// +listType=atomic
+	Previous []string `json:"previous,omitempty"`
+	// DryRun is true when the agent only lists what would be removed.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+	// Candidates is how many images of the earlier releases the running release does not list.
+	// +optional
+	Candidates int64 `json:"candidates,omitempty"`
+	// RemovedTotal is how many images were removed (in a dry run: would be).
+	// +optional
+	RemovedTotal int64 `json:"removedTotal,omitempty"`
+	// Removed are those images, at most a hundred.
+	// +optional
+	// +listType=atomic
+	Removed []string `json:"removed,omitempty"`
+	// Kept are the candidates left in place because a container uses them or they are pinned,
+	// at most a hundred.
+	// +optional
+	// +listType=atomic
+	Kept []RepoNodeKeptImage `json:"kept,omitempty"`
+	// BytesFreed is the content no remaining image references any more (in a dry run: would
+	// not): the compressed size of the removed images' own blobs as containerd's content store
+	// reports it; unpacked snapshots are not counted.
+	// +optional
+	BytesFreed int64 `json:"bytesFreed,omitempty"`
+	// Message says why the cleanup stopped short; empty when it did not.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time is when the cleanup ended.
+	Time metav1.Time `json:"time"`
+}
+
+// RepoNodeKeptImage is an image of an earlier release a cleanup left in place.
+type RepoNodeKeptImage struct {
+	// Image is the image's reference.
+	Image string `json:"image"`
+	// Reason is InUse (a container uses it) or Pinned (a release or an operator pinned it).
+	Reason string `json:"reason"`
+	// Containers are the containers that use it, for InUse.
+	// +optional
+	// +listType=atomic
+	Containers []string `json:"containers,omitempty"`
 }
 
 // RepoNodeStep is the stage a node's upgrade step reported to its node's agent: the contract

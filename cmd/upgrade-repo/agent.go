@@ -36,7 +36,8 @@ GET /v1/status reports the node's state as JSON.
 With --report (on by default inside a cluster) the agent writes its state into the RepoNode named
 after --node-name and watches the UpgradePlans: without --iso or --iso-url it gets the ISO a plan
 names, it preloads only once the plan lets this node, and it drops the cached ISO once no plan
-holds it.
+holds it. Once a plan Succeeded, the images of the releases the node ran before that the new one
+does not list and nothing uses are removed (--clean-images, --clean-images-dry-run).
 
 `
 
@@ -80,6 +81,8 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	_, inClusterErr := rest.InClusterConfig()
 	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
 	fset.DurationVar(&c.ImageCheckInterval, "image-check-interval", 5*time.Minute, "how often, while the node holds an ISO, containerd is checked for release images that went missing (besides its removal events)")
+	fset.BoolVar(&c.CleanImages, "clean-images", true, "once a plan Succeeded, remove from containerd the images of the releases before it that it does not list and no container uses (their lists are kept in --cache-dir)")
+	fset.BoolVar(&c.CleanDryRun, "clean-images-dry-run", false, "with --clean-images, only list in the RepoNode and the log what would be removed")
 	fset.DurationVar(&c.ReportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat")
 	if help, err := parseFlags(fset, args); help || err != nil {
 		return err
