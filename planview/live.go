@@ -157,7 +157,7 @@ func nodeLine(n NodeStatus, prog []progress) string {
 func progressText(prog []progress) string {
 	parts := make([]string, 0, len(prog))
 	for _, pr := range prog {
-		s := fmt.Sprintf("%s %s/%s %d%%", pr.kind, bytesText(pr.done), bytesText(pr.total), *percent(pr.done, pr.total))
+		s := fmt.Sprintf("%s %s/%s %d%%", pr.kind, Bytes(pr.done), Bytes(pr.total), *percent(pr.done, pr.total))
 		if r := rateText(pr); r != "" {
 			s += ", " + r
 		}
@@ -172,7 +172,7 @@ func rateText(pr progress) string {
 		return ""
 	}
 	eta := time.Duration(float64(pr.total-pr.done) / pr.rate * float64(time.Second))
-	return fmt.Sprintf("%s/s, ETA %s", bytesText(int64(pr.rate)), human(eta))
+	return fmt.Sprintf("%s/s, ETA %s", Bytes(int64(pr.rate)), human(eta))
 }
 
 // Redraw writes p as WriteText does, followed by a PROGRESS table of every node's download and
@@ -197,7 +197,7 @@ func (l *Live) Redraw(w io.Writer, p *Plan) error {
 			}
 			rows++
 			fmt.Fprintf(&t, "%-*s %-8s %s %3d%%  %s/%s", nameWidth(p), n.Name, pr.kind, bar(pr.done, pr.total),
-				*percent(pr.done, pr.total), bytesText(pr.done), bytesText(pr.total))
+				*percent(pr.done, pr.total), Bytes(pr.done), Bytes(pr.total))
 			if r := rateText(pr); r != "" {
 				t.WriteString("  " + r)
 			}
@@ -226,8 +226,9 @@ func bar(done, total int64) string {
 	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", BarWidth-filled) + "]"
 }
 
-// bytesText prints n bytes for humans, in powers of 1024.
-func bytesText(n int64) string {
+// Bytes prints n bytes for humans, in powers of 1024 ("6.0 GiB"): the one form the plan's
+// messages, its views and the commands use.
+func Bytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
@@ -173,25 +174,11 @@ func (d *decider) preflight() (warnings, blocking []string) {
 		}
 		switch {
 		case rn.Cache.FreeBytes < need:
-			blocking = append(blocking, fmt.Sprintf("node %s: %s free in %s, the ISO needs %s", n, byteSize(rn.Cache.FreeBytes), where, byteSize(need)))
+			blocking = append(blocking, fmt.Sprintf("node %s: %s free in %s, the ISO needs %s", n, planview.Bytes(rn.Cache.FreeBytes), where, planview.Bytes(need)))
 		case rn.Cache.FreeBytes < need+size:
 			warnings = append(warnings, fmt.Sprintf("node %s: %s free in %s: room for the ISO (%s) but perhaps not for the release's images besides", n,
-				byteSize(rn.Cache.FreeBytes), where, byteSize(size)))
+				planview.Bytes(rn.Cache.FreeBytes), where, planview.Bytes(size)))
 		}
 	}
 	return append(warnings, d.o.DrainWarnings...), blocking
-}
-
-// byteSize prints n bytes for humans.
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -274,7 +275,7 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		rep.Images = planImages(targetISO, currentISO)
 		if targetISO.Requests > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("read %s of the %s ISO in %d requests, without downloading it",
-				humanBytes(targetISO.Bytes), humanBytes(targetISO.Size), targetISO.Requests))
+				planview.Bytes(targetISO.Bytes), planview.Bytes(targetISO.Size), targetISO.Requests))
 		}
 	}
 	for _, s := range sequencer.Steps {

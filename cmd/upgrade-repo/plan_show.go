@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
@@ -196,7 +197,7 @@ func printImages(w io.Writer, im *planImageReport) {
 		if im.Compared {
 			n = fmt.Sprint(a.New)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Archive, a.Group, a.Images, humanBytes(a.Size), n)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Archive, a.Group, a.Images, planview.Bytes(a.Size), n)
 	}
 	_ = tw.Flush()
 	if !im.Compared {
@@ -210,18 +211,4 @@ func printImages(w io.Writer, im *planImageReport) {
 	for _, ref := range im.Removed {
 		fmt.Fprintf(w, "  - %s\n", ref)
 	}
-}
-
-// humanBytes prints n bytes in binary units.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

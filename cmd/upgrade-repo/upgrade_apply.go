@@ -20,6 +20,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -268,5 +269,5 @@ func sizeOrUnknown(n int64) string {
 	if n == planctl.Unknown {
 		return "unknown"
 	}
-	return humanBytes(n)
+	return planview.Bytes(n)
 }
