@@ -116,8 +116,16 @@ type Instruction struct {
 	// never dropped while a plan in flight is served from it.
 	Held []string
 	// Installed lists, sorted and without repeats, the checksums of the ISOs of plans that
-	// Succeeded: releases the cluster now runs, whose images stay protected once the ISO is dropped.
+	// installed their release (CleaningUp, CleanedUp, Succeeded): releases the cluster now runs,
+	// whose images stay protected once the ISO is dropped.
 	Installed []string
+}
+
+// installedBy reports whether a plan in phase p has installed its release: every node runs it
+// from CleaningUp on, and CleaningUp is where the plan lets the agents drop the ISO, before it
+// reaches Succeeded.
+func installedBy(p v1beta1.Phase) bool {
+	return p == v1beta1.PhaseCleaningUp || p == v1beta1.PhaseCleanedUp || p == v1beta1.PhaseSucceeded
 }
 
 // Instructions reads the UpgradePlans and returns what the node nodeName should do: hold the ISO
@@ -153,7 +161,7 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	var in Instruction
 	for _, p := range plans {
 		a := p.Status.Agents
-		if a != nil && a.ISOChecksum != "" && p.Status.Phase == v1beta1.PhaseSucceeded {
+		if a != nil && a.ISOChecksum != "" && installedBy(p.Status.Phase) {
 			in.Installed = append(in.Installed, a.ISOChecksum)
 		}
 		if a == nil || !a.Hold || a.ISOURL == "" {

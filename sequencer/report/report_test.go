@@ -138,6 +138,23 @@ func TestInstructions(t *testing.T) {
 			want: report.Instruction{Installed: []string{"old"}},
 		},
 		{
+			name: "a plan cleaning up has installed its release: the agents drop the ISO before Succeeded",
+			plans: []client.Object{
+				func() client.Object {
+					p := plan("done", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old"})
+					p.Status.Phase = v1beta1.PhaseCleaningUp
+					return p
+				}(),
+				func() client.Object {
+					p := plan("upgrading", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new", Hold: true})
+					p.Status.Phase = v1beta1.PhaseNodeUpgrading
+					return p
+				}(),
+			},
+			node: "n1",
+			want: report.Instruction{Plan: "upgrading", ISOURL: "http://new/iso", ISOChecksum: "new", Held: []string{"new"}, Installed: []string{"old"}},
+		},
+		{
 			name: "oldest holding plan wins and preload allowed",
 			plans: []client.Object{
 				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", Hold: true}),
