@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,14 +29,20 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment ago, taken below
+// Linux's ephemeral ports (32768 and up): the test servers (":0") and the outgoing connections of
+// the tests running beside it take theirs from that range, so none of them takes this one first.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	for {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		return addr
+	}
 }
 
 func agentStatusOf(t *testing.T, addr string) (agent.Status, bool) {

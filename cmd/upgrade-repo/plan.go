@@ -9,13 +9,11 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/policy"
@@ -38,6 +36,9 @@ type planOptions struct {
 	// versionCreated says the Version named by to is created once the upgrade is allowed
 	// (upgrade apply): the VersionExists policy holds for it.
 	versionCreated bool
+	// isoURL, without release, is the release ISO's URL (upgrade apply): the release is read from
+	// it through ranges when it can be, else judged by the sequencer once read.
+	isoURL string
 }
 
 // planComponent is one component's version before and after.
@@ -160,44 +161,23 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
-// clusterReader builds a client of the cluster in kubeconfig, and one that asks its API server
-// for its version.
-func clusterReader(kubeconfig string) (client.Reader, discovery.ServerVersionInterface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
-	}
-	s, err := planScheme()
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
-	}
-	return c, dc, nil
-}
-
-func planScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("build scheme: %w", err)
-	}
-	if err := v1beta1.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("build scheme: %w", err)
-	}
-	return s, nil
-}
-
 // makePlan gathers the facts (from c when it is not nil) and judges them.
 func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Client) (*planReport, error) {
 	target, targetISO, err := loadRelease(ctx, hc, o.release)
 	if err != nil {
 		return nil, fmt.Errorf("target release: %w", err)
+	}
+	var isoNote string
+	if o.release == "" && o.isoURL != "" {
+		if targetISO, err = isorelease.Open(ctx, hc, o.isoURL); err == nil {
+			target = targetISO.Release
+		} else {
+			reason := "it could not be read"
+			if errors.Is(err, httprange.ErrNoRanges) {
+				reason = "its origin does not serve ranges"
+			}
+			targetISO, isoNote = nil, "the release was not read from the ISO's URL ("+reason+")"
+		}
 	}
 	currentRel, currentISO, err := loadRelease(ctx, hc, o.currentRelease)
 	if err != nil {
@@ -222,7 +202,10 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	default:
 		in.Target = o.to
 		in.ReleaseUnknown = true
-		rep.Notes = append(rep.Notes, "the target release metadata was not given (--release): minUpgradableVersion is checked once the sequencer reads it")
+		if isoNote == "" {
+			isoNote = "the target release metadata was not given (--release)"
+		}
+		rep.Notes = append(rep.Notes, isoNote+": minUpgradableVersion is checked once the sequencer reads it")
 	}
 	if c != nil {
 		f, err := sequencer.GatherFacts(ctx, c, o.namespace, "", in.Target)

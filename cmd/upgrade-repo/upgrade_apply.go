@@ -63,7 +63,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.req.UpgradeImage, "upgrade-image", "", "the `image` of the release's upgrade steps (spec.upgrade); default: the sequencer's")
 	fset.BoolVar(&o.req.Force, "force", false, "turn the failures of skippable policies into warnings (spec.force)")
 	fset.BoolVar(&o.req.AllowPrerelease, "allow-prerelease", false, "allow a pre-release target (spec.allowPrerelease)")
-	fset.StringVar(&o.release, "release", "", "the target's harvester-release.yaml (a `file`, its URL or a repo's base URL) to judge minUpgradableVersion and Kubernetes' skew now; else the sequencer judges them once it reads the ISO")
+	fset.StringVar(&o.release, "release", "", "the target's harvester-release.yaml (a `file`, its URL or a repo's base URL); default: read from the ISO's URL through ranges, else judged by the sequencer once it reads the ISO")
 	fset.BoolVar(&o.yes, "yes", false, "do not ask before creating the plan (required when stdin is not a terminal)")
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
@@ -140,7 +140,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 		return err
 	}
 	po := planOptions{to: v.Name, namespace: o.namespace, force: o.req.Force, allowPrerelease: o.req.AllowPrerelease,
-		release: o.release, versionCreated: true}
+		release: o.release, versionCreated: true, isoURL: o.req.ISOURL}
 	if env.serverVersion != nil {
 		if po.currentKubernetes, err = env.serverVersion(); err != nil {
 			return err

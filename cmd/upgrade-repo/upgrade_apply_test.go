@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -110,6 +111,11 @@ func TestUpgradeApply(t *testing.T) {
 	}))
 	t.Cleanup(sums.Close)
 	otherPlan := upgradeTestPlan("other", 0, v1beta1.PhaseImagePreloading)
+	// An ISO of v1.6.0 that upgrades from v1.5.3 on: the installed v1.5.2 is refused.
+	iso := planISO(t, "harvester: v1.6.0\nminUpgradableVersion: v1.5.3\n", "docker.io/rancher/harvester:v1.6.0\n", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1\n")
+	isoSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, iso) }))
+	t.Cleanup(isoSrv.Close)
+	refusingISO := isoSrv.URL
 	tests := []struct {
 		name         string
 		opts         upgradeApplyOptions
@@ -138,6 +144,13 @@ func TestUpgradeApply(t *testing.T) {
 			}),
 			wantVersions: []string{"v1.6.0"}, wantPlans: []string{"up"},
 			wantOut: []string{"Checksum:  sha512:" + applySum + " (read from " + sums.URL + "/rel/harvester-v1.6.0-amd64.iso.sha512)"},
+		},
+		{
+			name: "refused from the release read at the ISO's URL: nothing created", opts: applyOpts(func(o *upgradeApplyOptions) {
+				o.req.ISOURL = refusingISO + "/rel/harvester-v1.6.0-amd64.iso"
+			}),
+			wantErr: errNotAllowed, wantErrText: "the upgrade is not allowed (MinUpgradableVersion failed): nothing was created", wantStatus: 1,
+			wantOut: []string{"MinUpgradableVersion   required   fail"},
 		},
 		{
 			name: "no checksum file", opts: applyOpts(func(o *upgradeApplyOptions) { o.req.ISOURL, o.req.Checksum = sums.URL+"/none/v1.6.0.iso", "" }),
@@ -215,7 +228,7 @@ func TestUpgradeApply(t *testing.T) {
 			t.Parallel()
 			c := &sequencerStandIn{WithWatch: applyCluster(t, tt.notReady, tt.objs...), phase: tt.phase}
 			a, stdout, _ := upgradeTestApp()
-			env := applyEnv{c: c, hc: sums.Client(), stdin: strings.NewReader(tt.answer), interactive: tt.interactive, now: upgradeClock}
+			env := applyEnv{c: c, hc: loopbackOnly(), stdin: strings.NewReader(tt.answer), interactive: tt.interactive, now: upgradeClock}
 			err := upgradeApply(t.Context(), a, env, tt.opts)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
@@ -255,7 +268,7 @@ func TestUpgradeApplyRefusedGolden(t *testing.T) {
 	c := applyCluster(t, true)
 	a, stdout, _ := upgradeTestApp()
 	o := applyOpts(func(o *upgradeApplyOptions) { o.req.ISOURL = "https://releases.example.com/harvester-v1.8.0-amd64.iso" })
-	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: http.DefaultClient, now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
+	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: loopbackOnly(), now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
 	require.ErrorIs(t, err, errNotAllowed)
 	require.Equal(t, 1, exitStatus(err))
 	got := stdout.String() + "--- stderr\nupgrade-repo: " + err.Error() + "\n"
@@ -299,7 +312,7 @@ func TestUpgradeApplyDryRunGolden(t *testing.T) {
 	)
 	a, stdout, _ := upgradeTestApp()
 	o := applyOpts(func(o *upgradeApplyOptions) { o.dryRun = true })
-	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: http.DefaultClient, now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
+	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: loopbackOnly(), now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
 	require.NoError(t, err)
 	golden := filepath.Join("testdata", "upgrade-apply-dry-run.golden")
 	if *updateGolden {
@@ -310,4 +323,16 @@ func TestUpgradeApplyDryRunGolden(t *testing.T) {
 	require.Equal(t, string(want), stdout.String())
 	_, plans := created(t, c)
 	require.Empty(t, plans)
+}
+
+// loopbackOnly is an HTTP client that reaches the test's own servers on 127.0.0.1 and fails at
+// once for any other host, without a DNS lookup: the tests give the same output on any machine.
+func loopbackOnly() *http.Client {
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			return nil, fmt.Errorf("dial %s: this test reaches only its own servers", addr)
+		}
+		return d.DialContext(ctx, network, addr)
+	}}}
 }
