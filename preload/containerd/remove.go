@@ -191,9 +191,9 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) (blob, erro
 	return b, nil
 }
 
-// walk returns the digests of the manifests, indexes and configs under target.
-func (w *walker) walk(ctx context.Context, target ocispec.Descriptor) ([]string, error) {
-	var out []string
+// each calls fn once for every blob under target (target included), depth first, with its depth;
+// a blob seen before and nesting past maxDepth are skipped.
+func (w *walker) each(ctx context.Context, target ocispec.Descriptor, fn func(ocispec.Descriptor, blob, int)) error {
 	seen := map[digest.Digest]bool{}
 	var rec func(ocispec.Descriptor, int) error
 	rec = func(d ocispec.Descriptor, depth int) error {
@@ -205,37 +205,7 @@ func (w *walker) walk(ctx context.Context, target ocispec.Descriptor) ([]string,
 		if err != nil {
 			return err
 		}
-		if b.named || depth == 0 {
-			out = append(out, d.Digest.String())
-		}
-		for _, c := range b.children {
-			if err := rec(c, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return out, rec(target, 0)
-}
-
-// mark sets (set true) or clears (set false) in freed every blob under target.
-func (w *walker) mark(ctx context.Context, target ocispec.Descriptor, freed map[digest.Digest]bool, set bool) error {
-	seen := map[digest.Digest]bool{}
-	var rec func(ocispec.Descriptor, int) error
-	rec = func(d ocispec.Descriptor, depth int) error {
-		if seen[d.Digest] || depth > maxDepth {
-			return nil
-		}
-		seen[d.Digest] = true
-		b, err := w.visit(ctx, d)
-		if err != nil {
-			return err
-		}
-		if set && b.size > 0 {
-			freed[d.Digest] = true
-		} else if !set {
-			delete(freed, d.Digest)
-		}
+		fn(d, b, depth)
 		for _, c := range b.children {
 			if err := rec(c, depth+1); err != nil {
 				return err
@@ -244,4 +214,26 @@ func (w *walker) mark(ctx context.Context, target ocispec.Descriptor, freed map[
 		return nil
 	}
 	return rec(target, 0)
+}
+
+// walk returns the digests of the manifests, indexes and configs under target.
+func (w *walker) walk(ctx context.Context, target ocispec.Descriptor) ([]string, error) {
+	var out []string
+	err := w.each(ctx, target, func(d ocispec.Descriptor, b blob, depth int) {
+		if b.named || depth == 0 {
+			out = append(out, d.Digest.String())
+		}
+	})
+	return out, err
+}
+
+// mark sets (set true) or clears (set false) in freed every blob under target.
+func (w *walker) mark(ctx context.Context, target ocispec.Descriptor, freed map[digest.Digest]bool, set bool) error {
+	return w.each(ctx, target, func(d ocispec.Descriptor, b blob, _ int) {
+		if set && b.size > 0 {
+			freed[d.Digest] = true
+		} else if !set {
+			delete(freed, d.Digest)
+		}
+	})
 }
