@@ -71,7 +71,9 @@ type upgradeWatch struct {
 // Cleaning: a previous release (an image nothing uses, a second name of the agents' image) is put
 // on every node and its list written into each agent's image list archive before the plan; after
 // the plan Succeeded, every agent removed the unused image, kept the used one and named it in its
-// RepoNode. The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
+// RepoNode. The cluster as its own registry: once the agents dropped the ISO, the release's
+// runnable image is removed from a node and a pod of it still starts there, pulled through the
+// node's agent from a peer (requireMirrorPull). The plan's phase timings go to E2E_ARTIFACTS/phases-FORMATION.tsv.
 func TestUpgrade(t *testing.T) {
 	c := env(t)
 	rel := releaseISO(t)
@@ -256,6 +258,9 @@ func TestUpgrade(t *testing.T) {
 	t.Run("a release image removed after the preload is put back from the node's ISO", w.requireImageRestored)
 	t.Run("the previous release's images nothing uses are gone from every node, those in use remain", func(t *testing.T) {
 		requirePreviousCleaned(t, c, prev, meta.Harvester)
+	})
+	t.Run("after the plan, a release image a node lost is pulled through its agent from a peer", func(t *testing.T) {
+		requireMirrorPull(t, c, nodePort(t, c, c.release))
 	})
 
 	t.Run("the upgrade image did its work once on every node, management nodes first", func(t *testing.T) {

@@ -61,6 +61,9 @@ kubeadm_work=${E2E_KUBEADM_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline}
 # The product's script steps (bash, curl, yq, jq, zstdcat, ctr) for TestCompatScriptSteps: built
 # and loaded only when the tests to run include it (the whole suite, or an E2E_RUN naming it).
 script_image=upgrade-repo-e2e-scripts:e2e
+# The release's runnable image (e2e/mirror_test.go names it too): part of the release ISO, never
+# loaded into the nodes, so a node gets it from the preload or through the mirror.
+release_check_image=docker.io/rancher/harvester-release-check:v1.5.2
 # Formation kubeadm runs the real upgrade alone: the other tests assume the synthetic release.
 [ "$formation" = kubeadm ] && [ -z "${E2E_RUN:-}" ] && E2E_RUN='^TestKubeadmUpgrade$'
 compat=0
@@ -133,7 +136,12 @@ build() {
   [ "$reboot" = 1 ] || reboot_flag=false
   printf 'FROM scratch\nCOPY testimage /testimage\nENTRYPOINT ["/testimage", "upgrade", "--repo=%s", "--reboot=%s"]\n' "$step_repo" "$reboot_flag" > "$ctx/Dockerfile"
   "${builder[@]}" docker build -q -t "$upgrade_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $upgrade_image failed: see $artifacts/testimage-build.log"; exit 1; }
-  rm -rf "$ctx"
+  # The release's runnable image: the same program under another path (so its layer is its own,
+  # not the test image's), which starts, prints and exits. It joins the release ISO's images, so
+  # that a pod of the release can be started from it with no registry (the mirror test).
+  printf 'FROM scratch\nCOPY testimage /bin/release-check\nENTRYPOINT ["/bin/release-check", "hello"]\n' > "$ctx/Dockerfile"
+  "${builder[@]}" docker build -q -t "$release_check_image" "$ctx" >> "$artifacts/testimage-build.log" 2>&1 || { log "docker build of $release_check_image failed: see $artifacts/testimage-build.log"; exit 1; }
+  docker save -o "$ctx/release-check.tar" "$release_check_image"
   bash hack/e2e-scriptimage.sh "$script_image" > "$artifacts/scriptimage-build.log" 2>&1 ||
     { log "building $script_image failed: see $artifacts/scriptimage-build.log"; exit 1; }
   # The release ISO, built by `release pack` from e2e/testdata/release.yaml; the same build as
@@ -142,7 +150,9 @@ build() {
   local rel=$artifacts/release
   rm -rf "$rel"
   mkdir -p "$rel"
-  "$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
+  "$artifacts/upgrade-repo" release pack --spec e2e/testdata/release.yaml --tarball "$ctx/release-check.tar" \
+    --out "$rel/release.iso" --tree "$rel/tree" -o json > "$rel/release.json.tmp"
+  rm -rf "$ctx"
   mv "$rel/release.json.tmp" "$rel/release.json"
   {
     echo "version=$version"
@@ -242,7 +252,12 @@ created=0
 if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   config=$artifacts/kind-config.yaml
   {
-    echo 'kind: Cluster'; echo 'apiVersion: kind.x-k8s.io/v1alpha4'; echo 'nodes:'
+    echo 'kind: Cluster'; echo 'apiVersion: kind.x-k8s.io/v1alpha4'
+    # containerd reads the hosts.toml files the chart's mirror writes only where its CRI registry
+    # config_path is set; this node image does not set it (the README says what an operator sets).
+    echo 'containerdConfigPatches:'; echo '- |-'
+    echo '  [plugins."io.containerd.grpc.v1.cri".registry]'; echo '    config_path = "/etc/containerd/certs.d"'
+    echo 'nodes:'
     echo '- role: control-plane'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"
     for r in "${node_roles[@]}"; do
       echo '- role: worker'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"; echo "    upgrade-repo-e2e/role: $r"
@@ -340,7 +355,7 @@ retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$nam
   --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
-  --set sequencer.tolerateControlPlane=true --set compat.enabled=true \
+  --set sequencer.tolerateControlPlane=true --set compat.enabled=true --set mirror.enabled=true \
   --set log.level=debug >/dev/null
 log "chart installed as $release in $namespace"
 

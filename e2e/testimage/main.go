@@ -37,9 +37,13 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if len(args) == 0 {
-		return errors.New("usage: testimage origin DIR [ADDR] | testimage upgrade")
+		return errors.New("usage: testimage origin DIR [ADDR] | testimage upgrade | testimage hello")
 	}
 	switch args[0] {
+	case "hello":
+		// The release's runnable image: a container that starts, says so and exits 0.
+		_, err := fmt.Println("hello from the release image")
+		return err
 	case "origin":
 		if len(args) < 2 || len(args) > 3 {
 			return errors.New("usage: testimage origin DIR [ADDR]")

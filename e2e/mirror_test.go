@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// releaseCheckImage is the release's runnable image: hack/e2e.sh builds it from the test image
+// (`testimage hello`: it starts, prints and exits 0) and packs it into the release ISO, never
+// into the nodes, so a node only gets it from the preload or through the mirror.
+const releaseCheckImage = "docker.io/rancher/harvester-release-check:v1.5.2"
+
+// mirrorPort is the chart's mirror.port, which hack/e2e.sh leaves at its default.
+const mirrorPort = 5050
+
+// manifestAccept is what containerd accepts when it resolves a tag.
+var manifestAccept = strings.Join([]string{
+	"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+	"application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.docker.distribution.manifest.v2+json",
+}, ", ")
+
+// requireMirrorPull checks the cluster as its own registry, after the plan Succeeded and the
+// agents dropped its ISO: the release's runnable image is removed from the last node's containerd
+// (its content with it), a pod of that image with pull policy IfNotPresent is started on that
+// node and runs to completion, which with no registry in reach means the node's containerd pulled
+// it through its own agent (hosts.toml written by the chart, config_path set by hack/e2e.sh); that
+// agent's metrics show the blob bytes came from a peer. The node's mirror answers a release image
+// by tag and refuses (404) an image that is not the release's.
+func requireMirrorPull(t *testing.T, c *cluster, agentPort int32) {
+	t.Helper()
+	require.Contains(t, releaseISO(t).refs(), releaseCheckImage, "the release ISO lacks its runnable image (hack/e2e.sh packs it)")
+	n := c.nodes[len(c.nodes)-1]
+	ip := internalIP(t, n)
+	agent := fmt.Sprintf("http://%s:%d", ip, agentPort)
+	mirror := fmt.Sprintf("http://%s:%d", ip, mirrorPort)
+
+	// The agents dropped the ISO once the plan ended: no repo, and nothing to import again from.
+	eventually(t, 3*time.Minute, "the agent of "+n.Name+" dropped the plan's ISO", func(ctx context.Context) error {
+		st, err := fetchStatus(ctx, agent)
+		if err != nil {
+			return err
+		}
+		if st.Ready || st.ISO.SHA512 != "" {
+			return fmt.Errorf("agent of %s still holds an ISO (%s, %s)", n.Name, st.ISO.State, st.ISO.SHA512)
+		}
+		return nil
+	})
+
+	t.Run("the mirror serves the release's images only", func(t *testing.T) {
+		for _, tc := range []struct {
+			path string
+			want int
+		}{
+			{"/v2/", http.StatusOK},
+			{"/v2/rancher/harvester-release-check/manifests/v1.5.2?ns=docker.io", http.StatusOK},
+			{"/v2/library/busybox/manifests/latest?ns=docker.io", http.StatusNotFound},
+			{"/v2/rancher/harvester-release-check/manifests/latest?ns=docker.io", http.StatusNotFound},
+			{"/v2/rancher/harvester-release-check/blobs/sha256:" + strings.Repeat("0", 64) + "?ns=docker.io", http.StatusNotFound},
+		} {
+			eventually(t, time.Minute, "GET "+mirror+tc.path, func(ctx context.Context) error {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, mirror+tc.path, nil)
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Accept", manifestAccept)
+				resp, err := httpClient.Do(req)
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode != tc.want {
+					return fmt.Errorf("GET %s: %s, want %d", tc.path, resp.Status, tc.want)
+				}
+				return nil
+			})
+		}
+	})
+
+	// As the image garbage collection would: the image and, with --sync, its content.
+	eventually(t, time.Minute, "remove "+releaseCheckImage+" from "+n.Name, func(ctx context.Context) error {
+		if _, err := nodeCmd(ctx, n.Name, "ctr", "-n", "k8s.io", "images", "rm", "--sync", releaseCheckImage); err != nil &&
+			!strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		out, err := nodeCmd(ctx, n.Name, "ctr", "-n", "k8s.io", "images", "ls", "-q")
+		if err != nil {
+			return err
+		}
+		if slices.Contains(strings.Fields(out), releaseCheckImage) {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+	before := getMetrics(t, agent)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+	t.Logf("removed %s from %s; its agent had sent %.0f blob bytes from peers", releaseCheckImage, n.Name, before)
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-mirror-pull", Namespace: c.namespace},
+		Spec: corev1.PodSpec{
+			NodeName:      n.Name,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name: "release-check", Image: releaseCheckImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				SecurityContext: restricted(65534),
+			}},
+		},
+	}
+	recreate(t, c, pod)
+	var last *corev1.Pod
+	err := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		return poll(ctx, time.Second, func(ctx context.Context) error {
+			p, err := c.cs.CoreV1().Pods(c.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			last = p
+			if p.Status.Phase == corev1.PodSucceeded {
+				return nil
+			}
+			return fmt.Errorf("pod %s is %s", pod.Name, p.Status.Phase)
+		})
+	}()
+	events := podEvents(t, c, pod.Name)
+	if err != nil {
+		if last != nil {
+			for _, s := range last.Status.ContainerStatuses {
+				if s.State.Waiting != nil {
+					t.Logf("container %s waiting: %s %s", s.Name, s.State.Waiting.Reason, s.State.Waiting.Message)
+				}
+			}
+		}
+		out, _ := nodeCmd(t.Context(), n.Name, "sh", "-c", "ls -R /etc/containerd/certs.d; cat /etc/containerd/certs.d/docker.io/hosts.toml; grep -n config_path /etc/containerd/config.toml")
+		t.Logf("containerd's registry configuration on %s:\n%s", n.Name, out)
+	}
+	require.NoError(t, err, "a pod of %s on %s with the image removed; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
+	require.True(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulled") }),
+		"the kubelet pulled %s on %s; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
+	logs, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	require.NoError(t, err)
+	require.Contains(t, string(logs), "hello from the release image")
+	after := getMetrics(t, agent)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+	t.Logf("pod %s ran %s on %s after a pull through its agent: %.0f blob bytes from peers; events: %s",
+		pod.Name, releaseCheckImage, n.Name, after-before, strings.Join(events, "; "))
+	// The image's one layer is the test program, megabytes of it.
+	require.Greater(t, after-before, float64(1<<20), "blob bytes the agent of %s passed on from peers", n.Name)
+	requireImages(t, n.Name, []string{releaseCheckImage})
+	require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+}
+
+// podEvents returns the events of a pod of the tests' namespace, each as "Reason: message".
+func podEvents(t *testing.T, c *cluster, name string) []string {
+	t.Helper()
+	var out []string
+	eventually(t, time.Minute, "events of pod "+name, func(ctx context.Context) error {
+		evs, err := c.cs.CoreV1().Events(c.namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, e := range evs.Items {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+		return nil
+	})
+	return out
+}
