@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
@@ -182,6 +183,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: deps.Log, ln: deps.Listener, gossip: deps.Gossip, seeds: deps.Seeds, images: deps.Images, kube: deps.Kube, registry: deps.Registry, mirror: deps.Mirror}
 	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
+	if deps.Images != nil {
+		a.board.ingest = func() v1beta1.IngestPath { return ingestPath(deps.Images) }
+	}
 	a.store = cache.NewStore(deps.Directory, cache.WithLogger(a.log), cache.WithOnDamage(a.damaged))
 	settle := cfg.Settle
 	if len(deps.Seeds) == 0 {
@@ -337,4 +341,19 @@ func (a *Agent) damaged(sha512 string, d *chunks.DamageError) {
 		s.ISO.Verified = false
 		s.Error = "the cached ISO is damaged on disk, restart the agent to fetch it again: " + d.Error()
 	})
+}
+
+// directIngester is an image store that can write blobs into its content directory itself
+// (preload/containerd's Store), and says whether it does now.
+type directIngester interface {
+	DirectIngest() bool
+}
+
+// ingestPath says how store writes image blobs: Direct when it writes them into the content
+// directory itself, ContentService otherwise.
+func ingestPath(store preload.Store) v1beta1.IngestPath {
+	if d, ok := store.(directIngester); ok && d.DirectIngest() {
+		return v1beta1.IngestDirect
+	}
+	return v1beta1.IngestContentService
 }

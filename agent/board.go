@@ -33,6 +33,9 @@ type Status struct {
 	ISO ISOStatus `json:"iso"`
 	// Preload is the preload's status, once one started.
 	Preload *preload.Status `json:"preload,omitempty"`
+	// Ingest is how the node's image blobs are written into containerd (Direct or
+	// ContentService); empty without an image store.
+	Ingest v1beta1.IngestPath `json:"ingest,omitempty"`
 	// Error is the last error of the ISO's acquisition, or why the ISO failed.
 	Error string `json:"error,omitempty"`
 	// Plan is the UpgradePlan whose ISO the agent holds, when it follows the cluster's plans.
@@ -61,6 +64,8 @@ type ISOStatus struct {
 // its ServeHTTP serves the status as JSON.
 type Board struct {
 	members func() int
+	// ingest says how image blobs are written into the node's containerd now; nil: no image store.
+	ingest func() v1beta1.IngestPath
 	// changed receives a token after every change (buffer of one): the report loop's wake-up.
 	changed chan struct{}
 
@@ -111,6 +116,9 @@ func (b *Board) Snapshot() Status {
 	b.mu.Unlock()
 	if b.members != nil {
 		s.Members = b.members()
+	}
+	if b.ingest != nil {
+		s.Ingest = b.ingest()
 	}
 	if p != nil {
 		st := p.Status()
@@ -252,7 +260,7 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 		st.Preload = v1beta1.RepoNodePreload{
 			State: v1beta1.PreloadState(p.State), Reason: p.Reason, Message: p.Message,
 			ImagesDone: int64(p.ImagesPresent), ImagesTotal: int64(p.ImagesTotal),
-			BytesDone: p.BytesRead, BytesTotal: p.BytesTotal,
+			BytesDone: p.BytesRead, BytesTotal: p.BytesTotal, Ingest: s.Ingest,
 		}
 		switch st.Preload.State {
 		case v1beta1.PreloadRunning, v1beta1.PreloadDone, v1beta1.PreloadFailed:

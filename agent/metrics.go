@@ -9,7 +9,7 @@ import (
 // boardCollector exposes the node's status board as the upgrade_repo_agent_ metrics, read at
 // each scrape: the node's ISO (state, bytes held of its size, whether the origin is failing) and
 // its preload (state, compressed bytes read of the archives' size, images present of those
-// listed). The series carry no node label: the scrape adds the target's, one agent per node. The
+// listed, whether its blobs go into containerd's content directory directly). The series carry no node label: the scrape adds the target's, one agent per node. The
 // states are named as the RepoNode's status names them, so that a dashboard reads like
 // `kubectl get reponodes`.
 type boardCollector struct {
@@ -17,6 +17,8 @@ type boardCollector struct {
 
 	ready, isoState, isoSize, isoHeld, originFailing              *prometheus.Desc
 	preloadState, preloadSize, preloadRead, images, imagesPresent *prometheus.Desc
+	// directIngest is sent only with an image store.
+	directIngest *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*boardCollector)(nil)
@@ -45,13 +47,14 @@ func newBoardCollector(b *Board) *boardCollector {
 		preloadRead:   d("preload_read_bytes", "Compressed bytes of the image archives the preload read so far."),
 		images:        d("preload_images", "Images the release lists."),
 		imagesPresent: d("preload_images_present", "Images the release lists that are present in the node's image store."),
+		directIngest:  d("preload_direct_ingest", "1 while the agent writes image blobs into containerd's content directory itself, 0 while they go through containerd's content service."),
 	}
 }
 
 // Describe sends the descriptors of every metric the collector sends.
 func (c *boardCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ready, c.isoState, c.isoSize, c.isoHeld, c.originFailing,
-		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent} {
+		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent, c.directIngest} {
 		ch <- d
 	}
 }
@@ -77,6 +80,9 @@ func (c *boardCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.preloadRead, float64(rn.Preload.BytesDone))
 	gauge(c.images, float64(rn.Preload.ImagesTotal))
 	gauge(c.imagesPresent, float64(rn.Preload.ImagesDone))
+	if s.Ingest != "" {
+		gauge(c.directIngest, bit(s.Ingest == v1beta1.IngestDirect))
+	}
 }
 
 // bit is 1 for true and 0 for false.

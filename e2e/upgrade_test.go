@@ -248,6 +248,8 @@ func TestUpgrade(t *testing.T) {
 				require.Equal(t, apiv1beta1.PreloadDone, p.State, "RepoNode %s preload: %s %s", n.Name, p.Reason, p.Message)
 				require.Equal(t, int64(len(refs)), p.ImagesTotal, "RepoNode %s: images of the release", n.Name)
 				require.Equal(t, p.ImagesTotal, p.ImagesDone, "RepoNode %s: images preloaded", n.Name)
+				// The chart mounts containerd's content directory (agent.containerdContentDir).
+				require.Equal(t, apiv1beta1.IngestDirect, p.Ingest, "RepoNode %s: how the blobs reached containerd", n.Name)
 				requireImages(t, n.Name, refs)
 				ns := plan.Status.NodeUpgradeStatuses[n.Name]
 				require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "plan's state of node %s: %s", n.Name, ns.Message)

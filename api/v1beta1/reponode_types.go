@@ -87,6 +87,12 @@ type RepoNodePreload struct {
 	// BytesTotal is how many archive bytes there are.
 	// +optional
 	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// Ingest is how the agent writes the images' blobs into the node's containerd: Direct, into
+	// its content directory (the chart mounts it at the path containerd reports), or
+	// ContentService, streamed through containerd's API when that directory is out of reach.
+	// +optional
+	// +kubebuilder:validation:Enum=Direct;ContentService
+	Ingest IngestPath `json:"ingest,omitempty"`
 	// RestoredTotal is how many times, while the node held the ISO, an image of the release went
 	// missing from the node's containerd (the kubelet's image garbage collection, a manual
 	// removal) and was imported again.
@@ -97,6 +103,18 @@ type RepoNodePreload struct {
 	// +listType=atomic
 	Restored []RepoNodeRestore `json:"restored,omitempty"`
 }
+
+// IngestPath is how an agent writes image blobs into its node's containerd.
+type IngestPath string
+
+// The ways an agent writes image blobs into its node's containerd.
+const (
+	// IngestDirect: the agent writes each blob into containerd's content directory itself,
+	// hashed and synced, and commits it through the content service without sending its bytes.
+	IngestDirect IngestPath = "Direct"
+	// IngestContentService: every byte goes through containerd's content service.
+	IngestContentService IngestPath = "ContentService"
+)
 
 // RepoNodeRestore is one image of the release that went missing from the node and was put back.
 type RepoNodeRestore struct {

@@ -300,7 +300,8 @@ func TestAgentPreloadsWhenAllowed(t *testing.T) {
 			Agents: &v1beta1.AgentInstructions{ISOURL: "http://origin.invalid/release.iso", ISOChecksum: planSum, Hold: true}},
 	})
 	c := testAgentConfig(t, "n1", kube)
-	c.ISOFile, c.ISOChecksum, c.sock = isoPath, sum.String(), d.Socket
+	// As root beside the daemon, the agent reaches its content directory: blobs go there directly.
+	c.ISOFile, c.ISOChecksum, c.sock, c.direct = isoPath, sum.String(), d.Socket, true
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
@@ -332,7 +333,11 @@ func TestAgentPreloadsWhenAllowed(t *testing.T) {
 	require.Positive(t, st.Preload.ImagesTotal)
 	require.Equal(t, st.Preload.ImagesTotal, st.Preload.ImagesDone)
 	require.Positive(t, st.Preload.BytesDone)
+	require.Equal(t, v1beta1.IngestDirect, st.Preload.Ingest, "the path the blobs took")
 	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
+	status, metrics, _ := get(t, "http://"+c.listen+"/metrics")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(metrics), "\nupgrade_repo_agent_preload_direct_ingest 1\n")
 
 	missing, err = cs.Missing(t.Context(), refs)
 	require.NoError(t, err)
