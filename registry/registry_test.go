@@ -2,11 +2,16 @@ package registry_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -289,4 +294,101 @@ func TestRegistryFromPeers(t *testing.T) {
 		_, err = pull(t, srv, "library/alpha:v1")
 		require.Error(t, err)
 	})
+}
+
+// counted is a Content of one image whose blobs count the reads made of them.
+type counted struct {
+	ref, manifest string
+	blobs         map[string][]byte
+	mu            sync.Mutex
+	reads         map[string]int
+}
+
+func newCounted(t *testing.T, ref string, layer []byte) *counted {
+	t.Helper()
+	digestOf := func(p []byte) string { return fmt.Sprintf("sha256:%x", sha256.Sum256(p)) }
+	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`)
+	m, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
+		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digestOf(cfg), "size": len(cfg)},
+		"layers":        []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digestOf(layer), "size": len(layer)}},
+	})
+	require.NoError(t, err)
+	return &counted{ref: ref, manifest: digestOf(m), reads: map[string]int{},
+		blobs: map[string][]byte{digestOf(m): m, digestOf(cfg): cfg, digestOf(layer): layer}}
+}
+
+func (c *counted) Resolve(_ context.Context, ref string) (registry.Descriptor, error) {
+	if ref != c.ref {
+		return registry.Descriptor{}, registry.ErrNotFound
+	}
+	return registry.Descriptor{MediaType: "application/vnd.oci.image.manifest.v1+json", Digest: c.manifest, Size: int64(len(c.blobs[c.manifest]))}, nil
+}
+
+func (c *counted) Open(_ context.Context, dgst string) (registry.Blob, error) {
+	b, ok := c.blobs[dgst]
+	if !ok {
+		return nil, registry.ErrNotFound
+	}
+	return countedBlob{Reader: bytes.NewReader(b), c: c, dgst: dgst}, nil
+}
+
+type countedBlob struct {
+	*bytes.Reader
+	c    *counted
+	dgst string
+}
+
+func (b countedBlob) ReadAt(p []byte, off int64) (int, error) {
+	b.c.mu.Lock()
+	b.c.reads[b.dgst]++
+	b.c.mu.Unlock()
+	return b.Reader.ReadAt(p, off)
+}
+
+func (countedBlob) Close() error { return nil }
+
+// A blob of the node's store is read through containerd's content service, one request per read:
+// a large blob is sent in reads of 1 MiB, not in io.Copy's 32 KiB.
+func TestBlobsAreReadInLargePieces(t *testing.T) {
+	t.Parallel()
+	layer := make([]byte, 5<<20+1)
+	_, err := rand.Read(layer)
+	require.NoError(t, err)
+	c := newCounted(t, "docker.io/library/big:v1", layer)
+	var lists registry.Lists
+	lists.Set("v1", []string{c.ref})
+	h, err := registry.NewHandler(c, &lists)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ld := fmt.Sprintf("sha256:%x", sha256.Sum256(layer))
+	for _, tc := range []struct {
+		name, rng string
+		want      []byte
+	}{
+		{name: "whole", want: layer},
+		{name: "range", rng: "bytes=1-", want: layer[1:]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.mu.Lock()
+			c.reads[ld] = 0
+			c.mu.Unlock()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v2/library/big/blobs/"+ld, nil)
+			require.NoError(t, err)
+			if tc.rng != "" {
+				req.Header.Set("Range", tc.rng)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			require.LessOrEqual(t, c.reads[ld], 7, "reads of a %d-byte blob", len(tc.want))
+		})
+	}
 }
