@@ -117,6 +117,10 @@ bench-acquire: build deps ## serve --iso-url against curl + sha512sum: download,
 bench-remote: build deps ## A release known from its ISO's URL (ranges) against downloading it (BENCH_ISO_SIZE, 6GiB).
 	@bash hack/bench-remote.sh
 
+.PHONY: bench-mirror
+bench-mirror: build deps ## A release image pulled through the node's mirror from a peer against `zstdcat | ctr images import` (BENCH_IMAGE_MB, 1024).
+	@bash hack/bench-mirror.sh
+
 .PHONY: bench-directory
 bench-directory: ## The gossip directory of 100 and 1,000 simulated members: state, deltas, convergence.
 	$(GO) test ./peer/memberlist -run '^$$' -bench DirectoryScale -benchtime 1x -timeout 30m
