@@ -2,7 +2,9 @@ package repo
 
 import (
 	"fmt"
+	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,14 +23,21 @@ type Metrics struct {
 	// Children of the vectors by label values, so that a request costs no label hashing.
 	requestChildren sync.Map // [3]string -> prometheus.Counter
 	routeChildren   sync.Map // string -> *routeMetrics
-	fileResponsesBy map[string]prometheus.Counter
-	fileBytesBy     map[string]prometheus.Counter
+	fileResponsesBy [modes]prometheus.Counter
+	fileBytesBy     [modes]prometheus.Counter
 }
 
+// routeMetrics are the children of one route's metrics.
 type routeMetrics struct {
+	route    string
 	bytes    prometheus.Counter
 	duration prometheus.Observer
+	// ok holds the request counters of GET and HEAD answered 200, created at their first use:
+	// nearly every request is one of them, and then finds its counter without hashing labels.
+	ok [2]atomic.Pointer[counterRef]
 }
+
+type counterRef struct{ prometheus.Counter }
 
 func (m *Metrics) request(route, method, code string) prometheus.Counter {
 	k := [3]string{route, method, code}
@@ -44,17 +53,48 @@ func (m *Metrics) route(route string) *routeMetrics {
 	if rm, ok := m.routeChildren.Load(route); ok {
 		return rm.(*routeMetrics)
 	}
-	rm := &routeMetrics{bytes: m.responseBytes.WithLabelValues(route), duration: m.duration.WithLabelValues(route)}
-	m.routeChildren.Store(route, rm)
-	return rm
+	rm := &routeMetrics{route: route, bytes: m.responseBytes.WithLabelValues(route), duration: m.duration.WithLabelValues(route)}
+	actual, _ := m.routeChildren.LoadOrStore(route, rm)
+	return actual.(*routeMetrics)
 }
+
+// requestOf returns the request counter of the route rm for the request method verb and the
+// status code.
+func (m *Metrics) requestOf(rm *routeMetrics, verb string, code int) prometheus.Counter {
+	i := -1
+	if code == http.StatusOK {
+		switch verb {
+		case http.MethodGet:
+			i = 0
+		case http.MethodHead:
+			i = 1
+		}
+	}
+	if i >= 0 {
+		if c := rm.ok[i].Load(); c != nil {
+			return c.Counter
+		}
+	}
+	c := m.request(rm.route, method(verb), codeString(code))
+	if i >= 0 {
+		rm.ok[i].Store(&counterRef{c})
+	}
+	return c
+}
+
+// mode is how a file response's content was sent.
+type mode int
 
 // File response modes: sent with sendfile, copied through user space, or served from memory.
 const (
-	modeZeroCopy = "zerocopy"
-	modeCopied   = "copied"
-	modeMemory   = "memory"
+	modeZeroCopy mode = iota
+	modeCopied
+	modeMemory
+	modes
 )
+
+// modeLabels are the mode label values, by mode.
+var modeLabels = [modes]string{modeZeroCopy: "zerocopy", modeCopied: "copied", modeMemory: "memory"}
 
 // NewMetrics creates the metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -94,20 +134,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	m.fileResponsesBy = map[string]prometheus.Counter{}
-	m.fileBytesBy = map[string]prometheus.Counter{}
-	for _, mode := range []string{modeZeroCopy, modeCopied, modeMemory} {
-		m.fileResponsesBy[mode] = m.fileResponses.WithLabelValues(mode)
-		m.fileBytesBy[mode] = m.fileBytes.WithLabelValues(mode)
+	for i, label := range modeLabels {
+		m.fileResponsesBy[i] = m.fileResponses.WithLabelValues(label)
+		m.fileBytesBy[i] = m.fileBytes.WithLabelValues(label)
 	}
 	return m, nil
 }
 
 // file records one file response.
-func (m *Metrics) file(mode string, n int64) {
+func (m *Metrics) file(how mode, n int64) {
 	if m == nil {
 		return
 	}
-	m.fileResponsesBy[mode].Inc()
-	m.fileBytesBy[mode].Add(float64(n))
+	m.fileResponsesBy[how].Inc()
+	m.fileBytesBy[how].Add(float64(n))
 }

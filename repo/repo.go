@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -93,6 +94,8 @@ type entry struct {
 	spanLen  int64
 	hasSpan  bool
 	children []string // directories: child names, sorted
+	// small is a small file's content once read, when the memory budget had room for it.
+	small atomic.Pointer[smallFile]
 }
 
 // Handler serves one release: its files under / and /harvester-iso/, and its metadata under
@@ -104,17 +107,22 @@ type Handler struct {
 	meta    metadata
 	version string
 
-	mu     sync.RWMutex
-	cache  map[string]*smallFile
-	cached int64
+	mu     sync.Mutex // guards cached
+	cached int64      // bytes of the small files kept in memory
 }
 
-// smallFile is a small file's content with its header values ready to use.
+// smallFile is a small file's content, read through the file system (which, for an image under
+// a range check, checks the bytes before it returns them), with its header values ready to use.
+// The values are slices of one string that every response shares: net/http copies the header map
+// before it writes it out, and the handlers here replace or delete values, never change them.
+// lastMod is nil when the file has no modification time.
 type smallFile struct {
-	data    []byte
-	length  []string
-	lastMod []string
+	data                         []byte
+	ctype, etag, length, lastMod []string
 }
+
+// acceptRanges is the Accept-Ranges value of every file, shared as smallFile's values are.
+var acceptRanges = []string{"bytes"}
 
 var _ http.Handler = (*Handler)(nil)
 
@@ -133,7 +141,7 @@ func New(fsys fs.FS, opts ...Option) (*Handler, error) {
 	if c, ok := fsys.(interface{ Entries() int }); ok {
 		size = c.Entries() + 1
 	}
-	h := &Handler{fsys: fsys, cfg: cfg, index: make(map[string]*entry, size), cache: map[string]*smallFile{}}
+	h := &Handler{fsys: fsys, cfg: cfg, index: make(map[string]*entry, size)}
 	if err := h.buildIndex(); err != nil {
 		return nil, err
 	}
@@ -295,10 +303,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // fsName turns a URL path into an fs.FS name inside the image. Dot-dot elements are resolved
 // against the root (they can never leave it); NUL bytes and backslashes are refused.
 func fsName(p string) (string, error) {
-	if strings.ContainsAny(p, "\x00\\") {
+	if strings.IndexByte(p, 0) >= 0 || strings.IndexByte(p, '\\') >= 0 {
 		return "", fmt.Errorf("path %q holds a NUL byte or a backslash", p)
 	}
-	name := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	// path.Clean returns a clean path as it is, without a copy.
+	name := strings.TrimPrefix(path.Clean(p), "/")
 	if name == "" {
 		name = "."
 	}
@@ -319,7 +331,7 @@ func (h *Handler) setFileHeaders(w http.ResponseWriter, e *entry) {
 	hd := w.Header()
 	hd["Content-Type"] = []string{e.ctype}
 	hd["Etag"] = []string{e.etag}
-	hd["Accept-Ranges"] = []string{"bytes"}
+	hd["Accept-Ranges"] = acceptRanges
 }
 
 func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
@@ -331,11 +343,16 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
 			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%s: cannot be read", cleanURLPath(e.name)))
 			return
 		}
-		h.setFileHeaders(w, e)
+		// The values setFileHeaders sets, without copies.
+		hd := w.Header()
+		hd["Content-Type"] = sf.ctype
+		hd["Etag"] = sf.etag
+		hd["Accept-Ranges"] = acceptRanges
 		if unconditional(r) {
 			// The common case, answered without http.ServeContent's parsing: the whole file.
-			hd := w.Header()
-			hd["Last-Modified"] = sf.lastMod
+			if sf.lastMod != nil {
+				hd["Last-Modified"] = sf.lastMod
+			}
 			hd["Content-Length"] = sf.length
 			w.WriteHeader(http.StatusOK)
 			if r.Method != http.MethodHead {
@@ -417,12 +434,12 @@ func unconditional(r *http.Request) bool {
 		len(hd["If-Match"]) == 0 && len(hd["If-Unmodified-Since"]) == 0 && len(hd["If-Range"]) == 0
 }
 
-// small returns a small file, from memory when the budget allows.
+// small returns a small file: from memory once it was read, or read now (and kept in memory while
+// the budget has room). What is kept was read through the file system, so it passed the checks
+// the file system makes (the chunk verifier's, for an image): a copy made from damaged bytes
+// cannot exist, and bytes damaged on disk afterwards are not the bytes served.
 func (h *Handler) small(e *entry) (*smallFile, error) {
-	h.mu.RLock()
-	sf, ok := h.cache[e.name]
-	h.mu.RUnlock()
-	if ok {
+	if sf := e.small.Load(); sf != nil {
 		return sf, nil
 	}
 	data, err := fs.ReadFile(h.fsys, e.name)
@@ -432,13 +449,14 @@ func (h *Handler) small(e *entry) (*smallFile, error) {
 	if int64(len(data)) != e.size {
 		return nil, fmt.Errorf("read %d bytes of %d", len(data), e.size)
 	}
-	sf = &smallFile{data: data, length: []string{strconv.Itoa(len(data))}}
+	sf := &smallFile{data: data, ctype: []string{e.ctype}, etag: []string{e.etag}, length: []string{strconv.Itoa(len(data))}}
 	if !e.modTime.IsZero() && !e.modTime.Equal(time.Unix(0, 0)) {
+		// As http.ServeContent writes it.
 		sf.lastMod = []string{e.modTime.UTC().Format(http.TimeFormat)}
 	}
 	h.mu.Lock()
-	if _, ok := h.cache[e.name]; !ok && h.cached+e.size <= h.cfg.memoryLimit {
-		h.cache[e.name] = sf
+	if e.small.Load() == nil && h.cached+e.size <= h.cfg.memoryLimit {
+		e.small.Store(sf)
 		h.cached += e.size
 	}
 	h.mu.Unlock()

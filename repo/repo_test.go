@@ -268,11 +268,11 @@ func TestZeroCopy(t *testing.T) {
 	require.EqualValues(t, size, n)
 	require.Equal(t, sha256.Sum256(data), [32]byte(h.Sum(nil)))
 
-	direct := value(t, m.fileBytes.WithLabelValues(modeZeroCopy))
-	copied := value(t, m.fileBytes.WithLabelValues(modeCopied))
+	direct := value(t, m.fileBytes.WithLabelValues(modeLabels[modeZeroCopy]))
+	copied := value(t, m.fileBytes.WithLabelValues(modeLabels[modeCopied]))
 	require.GreaterOrEqual(t, direct, float64(size-512), "bytes sent with sendfile")
 	require.LessOrEqual(t, copied, 512.0, "bytes copied through user space")
-	require.Equal(t, 1.0, value(t, m.fileResponses.WithLabelValues(modeZeroCopy)))
+	require.Equal(t, 1.0, value(t, m.fileResponses.WithLabelValues(modeLabels[modeZeroCopy])))
 	require.Equal(t, float64(size), value(t, m.responseBytes.WithLabelValues("GET /")))
 }
 
@@ -334,7 +334,7 @@ func TestFallbacks(t *testing.T) {
 	tests := []struct {
 		name string
 		fsys func(t *testing.T) ([]Option, fs.FS)
-		mode string
+		mode mode
 	}{
 		{"os.DirFS sends with sendfile", func(t *testing.T) ([]Option, fs.FS) {
 			dir := t.TempDir()
@@ -357,7 +357,7 @@ func TestFallbacks(t *testing.T) {
 			resp, body := get(t, ts.URL+"/big.bin", nil)
 			require.Equal(t, 200, resp.StatusCode)
 			require.Equal(t, sum(big), sum(body))
-			require.Equal(t, 1.0, value(t, m.fileResponses.WithLabelValues(tt.mode)))
+			require.Equal(t, 1.0, value(t, m.fileResponses.WithLabelValues(modeLabels[tt.mode])))
 		})
 	}
 }

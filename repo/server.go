@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -45,6 +47,7 @@ func NewServer(m *Metrics, metricsHandler http.Handler, log *slog.Logger) *Serve
 	if metricsHandler != nil {
 		s.mux.Handle("GET /metrics", metricsHandler)
 	}
+	// The content routes; contentRoute knows them too.
 	content := http.HandlerFunc(s.content)
 	for _, p := range []string{"/v1/release", "/v1/bundle", "/v1/images", Prefix + "/", "/"} {
 		s.mux.Handle("GET "+p, content)
@@ -75,17 +78,67 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := s.metrics
 	m.inFlight.Inc()
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
-	s.mux.ServeHTTP(rec, r)
+	rec := recorders.Get().(*recorder)
+	*rec = recorder{ResponseWriter: w, code: http.StatusOK}
+	if route := contentRoute(r); route != "" {
+		// What the mux would do, without its matching: most requests are for a file.
+		r.Pattern = route
+		s.content(rec, r)
+	} else {
+		s.mux.ServeHTTP(rec, r)
+	}
 	route := r.Pattern
 	if route == "" {
 		route = "none"
 	}
 	m.inFlight.Dec()
-	m.request(route, method(r.Method), codeString(rec.code)).Inc()
 	rm := m.route(route)
+	m.requestOf(rm, r.Method, rec.code).Inc()
 	rm.bytes.Add(float64(rec.bytes))
 	rm.duration.Observe(time.Since(start).Seconds())
+	*rec = recorder{}
+	recorders.Put(rec)
+}
+
+// recorders are the recorders of finished requests: a handler must not use its ResponseWriter
+// once it returned.
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
+
+// contentRoute returns the pattern of the route under which the mux answers r with the release's
+// content when that needs no matching: r is a GET or HEAD of a clean path that the mux takes as
+// it is (no escapes of its own, no dot segments, no run of slashes) and that no other route
+// names. It returns "" for every other request, for the mux to route, redirect or refuse.
+func contentRoute(r *http.Request) string {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return ""
+	}
+	p := r.URL.Path
+	if r.URL.RawPath != "" || p == "" || p[0] != '/' || !isClean(p) {
+		return ""
+	}
+	switch p {
+	case "/v1/release":
+		return "GET /v1/release"
+	case "/v1/bundle":
+		return "GET /v1/bundle"
+	case "/v1/images":
+		return "GET /v1/images"
+	case "/livez", "/readyz", "/metrics", Prefix:
+		// Their own routes, and the redirect of the prefix to Prefix+"/".
+		return ""
+	}
+	if strings.HasPrefix(p, Prefix+"/") {
+		return "GET " + Prefix + "/"
+	}
+	return "GET /"
+}
+
+// isClean reports whether the mux would take the URL path p (which starts with a slash) as it is,
+// rather than redirect to its cleaned form: path.Clean leaves it alone, but for the trailing slash
+// of a path other than the root.
+func isClean(p string) bool {
+	c := path.Clean(p)
+	return c == p || c != "/" && len(p) == len(c)+1 && p[len(p)-1] == '/' && strings.HasPrefix(p, c)
 }
 
 // MergeSlashes returns a handler that merges every run of slashes in the request's path into one
