@@ -109,6 +109,26 @@ type Handler struct {
 
 	mu     sync.Mutex // guards cached
 	cached int64      // bytes of the small files kept in memory
+
+	date atomic.Pointer[httpDate] // the Date of the responses of the current second
+}
+
+// httpDate is a Date header value and the second (Unix time) it names.
+type httpDate struct {
+	sec   int64
+	value []string
+}
+
+// dateHeader returns the Date header value of a response sent now, formatted once a second
+// rather than by net/http for each response. It is shared as smallFile's values are.
+func (h *Handler) dateHeader() []string {
+	now := time.Now()
+	if d := h.date.Load(); d != nil && d.sec == now.Unix() {
+		return d.value
+	}
+	d := &httpDate{sec: now.Unix(), value: []string{now.UTC().Format(http.TimeFormat)}}
+	h.date.Store(d)
+	return d.value
 }
 
 // smallFile is a small file's content, read through the file system (which, for an image under
@@ -348,6 +368,7 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, e *entry) {
 		hd["Content-Type"] = sf.ctype
 		hd["Etag"] = sf.etag
 		hd["Accept-Ranges"] = acceptRanges
+		hd["Date"] = h.dateHeader()
 		if unconditional(r) {
 			// The common case, answered without http.ServeContent's parsing: the whole file.
 			if sf.lastMod != nil {

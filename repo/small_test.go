@@ -97,6 +97,9 @@ func TestContentRoute(t *testing.T) {
 			s.ServeHTTP(got, byServer)
 			require.Equal(t, byMux.Pattern, byServer.Pattern)
 			require.Equal(t, want.Code, got.Code)
+			// The Date of responses a second apart differs.
+			want.Header().Del("Date")
+			got.Header().Del("Date")
 			require.Equal(t, want.Header(), got.Header())
 			require.Equal(t, want.Body.String(), got.Body.String())
 		})
@@ -360,5 +363,37 @@ func TestSmallFileConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
+	}
+}
+
+// TestDateHeader checks the Date of small files' responses, which the Handler writes itself: the
+// time of the response, to the second.
+func TestDateHeader(t *testing.T) {
+	t.Parallel()
+	data := []byte("harvester: v1.5.2\n")
+	ts, _, _ := newTestServer(t, fstest.MapFS{"harvester-release.yaml": {Data: data}})
+	tag := etag("test-image", "harvester-release.yaml", int64(len(data)))
+	tests := []struct {
+		name string
+		hdr  map[string]string
+		code int
+	}{
+		{"whole file", nil, 200},
+		{"again, from memory", nil, 200},
+		{"not modified", map[string]string{"If-None-Match": tag}, 304},
+		{"range", map[string]string{"Range": "bytes=0-3"}, 206},
+	}
+	for _, tt := range tests {
+		// In order: the second request is answered from memory.
+		t.Run(tt.name, func(t *testing.T) {
+			before := time.Now().Truncate(time.Second)
+			resp, _ := get(t, ts.URL+"/harvester-release.yaml", tt.hdr)
+			after := time.Now()
+			require.Equal(t, tt.code, resp.StatusCode)
+			require.Len(t, resp.Header.Values("Date"), 1)
+			date, err := http.ParseTime(resp.Header.Get("Date"))
+			require.NoError(t, err)
+			require.False(t, date.Before(before) || date.After(after), "Date %s, sent between %s and %s", date, before, after)
+		})
 	}
 }
