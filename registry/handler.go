@@ -237,9 +237,22 @@ func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request, q request) {
 	}
 	source := "local"
 	b, err := h.content.Open(r.Context(), q.ref)
-	if errors.Is(err, ErrNotFound) && h.peers != nil && !q.fromPeer {
+	var size int64
+	switch {
+	case err == nil:
+		defer b.Close()
+		size = b.Size()
+	case errors.Is(err, ErrNotFound) && h.peers != nil && !q.fromPeer:
 		source = "peer"
-		b, err = h.peers.blob(r.Context(), peerPath(r), q.ref)
+		if r.Method == http.MethodHead {
+			// Its size is all a HEAD needs: no peer sends the blob for it.
+			size, err = h.peers.blobSize(r.Context(), peerPath(r), q.ref)
+			break
+		}
+		if b, err = h.peers.blob(r.Context(), peerPath(r), q.ref); err == nil {
+			defer b.Close()
+			size = b.Size()
+		}
 	}
 	if errors.Is(err, ErrNotFound) {
 		h.fail(w, r, "blobs", http.StatusNotFound, "BLOB_UNKNOWN", fmt.Sprintf("blob %s is held by neither this node nor a peer", q.ref))
@@ -250,8 +263,6 @@ func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request, q request) {
 		h.fail(w, r, "blobs", http.StatusBadGateway, "UNKNOWN", "the blob could not be read")
 		return
 	}
-	defer b.Close()
-	size := b.Size()
 	off, n := int64(0), size
 	status := http.StatusOK
 	hd := w.Header()

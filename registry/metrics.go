@@ -70,5 +70,8 @@ func (m *Metrics) refused() {
 // SentBytes returns the counter of blob bytes sent from source ("local" or "peer").
 func (m *Metrics) SentBytes(source string) prometheus.Counter { return m.sentB.WithLabelValues(source) }
 
+// ReceivedBytes returns the counter of manifest and blob bytes received from peers.
+func (m *Metrics) ReceivedBytes() prometheus.Counter { return m.recvB }
+
 // Refusals returns the counter of peers' answers refused.
 func (m *Metrics) Refusals() prometheus.Counter { return m.refusals }

@@ -70,7 +70,12 @@ func (p *Peers) others() []peer.Member {
 
 // get asks m for path, as a peer.
 func (p *Peers) get(ctx context.Context, m peer.Member, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Addr+path, nil)
+	return p.do(ctx, http.MethodGet, m, path)
+}
+
+// do sends m a request of method for path, as a peer, and returns its answer when it is 200.
+func (p *Peers) do(ctx context.Context, method string, m peer.Member, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+m.Addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +166,30 @@ func (p *Peers) blob(ctx context.Context, path, want string) (Blob, error) {
 		p.refuse(m, path, err)
 	}
 	return nil, fmt.Errorf("blob %s: no peer holds it: %w", want, ErrNotFound)
+}
+
+// blobSize asks the peers in turn, with HEAD, for the size of the blob want at path, so that a
+// HEAD of a blob the node lacks moves none of its bytes. Nothing is verified (no byte is sent): a
+// GET still fetches and checks the blob. It returns ErrNotFound when no peer has it.
+func (p *Peers) blobSize(ctx context.Context, path, want string) (int64, error) {
+	for _, m := range p.others() {
+		resp, err := p.do(ctx, http.MethodHead, m, path)
+		if err == nil {
+			_ = resp.Body.Close()
+			if d := resp.Header.Get("Docker-Content-Digest"); d != "" && d != want {
+				err = fmt.Errorf("%w: answered for %s, asked %s", peer.ErrVerification, d, want)
+			} else if resp.ContentLength < 0 {
+				err = errors.New("answered without a Content-Length")
+			} else {
+				return resp.ContentLength, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		p.refuse(m, path, err)
+	}
+	return 0, fmt.Errorf("blob %s: no peer holds it: %w", want, ErrNotFound)
 }
 
 func (p *Peers) receive(ctx context.Context, m peer.Member, path, want string) (Blob, error) {

@@ -280,6 +280,27 @@ func TestRegistryFromPeers(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.SentBytes("local")))
 	require.Positive(t, testutil.ToFloat64(m.Refusals()))
 
+	t.Run("a HEAD of a blob the node lacks moves none of its bytes", func(t *testing.T) {
+		l := layers[0]
+		dg, err := l.Digest()
+		require.NoError(t, err)
+		n, err := l.Size()
+		require.NoError(t, err)
+		received := testutil.ToFloat64(m.ReceivedBytes())
+		resp, err := http.Head(lacking.URL + "/v2/library/alpha/blobs/" + dg.String())
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, n, resp.ContentLength)
+		require.Equal(t, dg.String(), resp.Header.Get("Docker-Content-Digest"))
+		require.Equal(t, received, testutil.ToFloat64(m.ReceivedBytes()), "bytes received from peers for a HEAD")
+
+		resp, err = http.Head(lacking.URL + "/v2/library/alpha/blobs/sha256:" + strings.Repeat("0", 64))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "a digest of no listed image")
+	})
+
 	t.Run("an unlisted image is not asked of peers", func(t *testing.T) {
 		_, err := pull(t, lacking, "library/stray:1")
 		require.Error(t, err)
