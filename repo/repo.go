@@ -99,7 +99,8 @@ type entry struct {
 }
 
 // Handler serves one release: its files under / and /harvester-iso/, and its metadata under
-// /v1/. It is safe for concurrent use and immutable once New returns.
+// /v1/. It is safe for concurrent use; what it serves does not change once New returns (it only
+// keeps copies of small files it read, within its memory budget).
 type Handler struct {
 	fsys    fs.FS
 	cfg     config
