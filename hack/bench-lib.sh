@@ -19,3 +19,25 @@ proc() {
   ticks=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat")
   printf '%.1f %.2f\n' "$(echo "$hwm / 1024" | bc -l)" "$(echo "$ticks / $(getconf CLK_TCK)" | bc -l)"
 }
+
+# containerd_config DIR: writes DIR/config.toml for a containerd of its own, rooted in DIR, with
+# its socket at DIR/c.sock, without the CRI and the snapshotters a bench does not use.
+containerd_config() {
+  local d=$1
+  cat >"$d/config.toml" <<TOML
+version = 2
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+[grpc]
+  address = "$d/c.sock"
+[ttrpc]
+  address = "$d/c.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$d/opt"
+TOML
+}

@@ -100,22 +100,7 @@ trap cleanup EXIT
 start_containerd() {
   local d=$WORK/$1
   mkdir -p "$d"
-  cat >"$d/config.toml" <<TOML
-version = 2
-root = "$d/root"
-state = "$d/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-[grpc]
-  address = "$d/c.sock"
-[ttrpc]
-  address = "$d/c.sock.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$d/opt"
-TOML
+  containerd_config "$d"
   containerd --config "$d/config.toml" --log-level warn >"$d/containerd.log" 2>&1 &
   DAEMONS+=($!)
   for _ in $(seq 1 300); do

@@ -29,6 +29,7 @@
 # BENCH_WORK_MB (2048), BIN (bin/upgrade-repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/bench-lib.sh
 BIN=${BIN:-bin/upgrade-repo}
 CACHE=.cache/bench-preload
 IMAGES=${BENCH_IMAGES:-6}
@@ -114,22 +115,7 @@ start_containerd() {
   mkdir -p "$d"
   cdir=$d
   sock=$d/c.sock
-  cat >"$d/config.toml" <<TOML
-version = 2
-root = "$d/root"
-state = "$d/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-[grpc]
-  address = "$sock"
-[ttrpc]
-  address = "$sock.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$d/opt"
-TOML
+  containerd_config "$d"
   containerd --config "$d/config.toml" --log-level warn >"$d/containerd.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
