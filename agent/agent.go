@@ -274,6 +274,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wctx := klog.NewContext(gctx, logr.FromSlogHandler(a.log.Handler()))
 		g.Go(func() error { watchPlans(wctx, a.kube, a.cfg.Node, a.plans); return nil })
 		g.Go(func() error { a.report.run(gctx); return nil })
+		g.Go(func() error { a.followVersions(gctx, versionsEvery); return nil })
 	}
 	g.Go(func() error {
 		if a.cfg.ISOFile == "" && a.cfg.ISOURL == "" {

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 )
@@ -119,4 +122,76 @@ func (a *Agent) loadLists() {
 		}
 		a.mirror.Lists.Set(strings.TrimSuffix(filepath.Base(f), ".txt"), strings.Fields(string(p)))
 	}
+}
+
+// versionsEvery is how often an agent reads the cluster's Versions for the images its registry
+// serves.
+const versionsEvery = 30 * time.Second
+
+// clusterList is the key, in the registry's catalog, of the image list of Version name as the
+// cluster records it (apart from the lists of the releases this node preloaded).
+func clusterList(name string) string { return "version/" + name }
+
+// followVersions makes the registry serve, until ctx ends and read again at every interval, the images the cluster records for
+// the releases it runs or is upgrading to (see servedVersions), so that a node that never
+// preloaded them (one that joined after the upgrade, or lost its cache) serves them too. Only the
+// API server is believed for what a release holds, never a peer. A failed read keeps what is
+// served.
+func (a *Agent) followVersions(ctx context.Context, every time.Duration) {
+	if a.mirror == nil || a.kube == nil {
+		return
+	}
+	served := map[string]bool{}
+	for {
+		var versions v1beta1.VersionList
+		var plans v1beta1.UpgradePlanList
+		err := a.kube.List(ctx, &versions)
+		if err == nil {
+			err = a.kube.List(ctx, &plans)
+		}
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("release image registry: read the cluster's versions", "err", err)
+		}
+		if err == nil {
+			want := servedVersions(versions.Items, plans.Items)
+			for name, refs := range want {
+				a.mirror.Lists.Set(clusterList(name), refs)
+				served[name] = true
+			}
+			for name := range served {
+				if _, ok := want[name]; !ok {
+					a.mirror.Lists.Drop(clusterList(name))
+					delete(served, name)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// servedVersions returns, by Version name, the recorded images of the Versions the cluster runs
+// (Installed) or is upgrading to (named by a plan that has not ended).
+func servedVersions(versions []v1beta1.Version, plans []v1beta1.UpgradePlan) map[string][]string {
+	target := map[string]bool{}
+	for _, p := range plans {
+		switch p.Status.Phase {
+		case v1beta1.PhaseSucceeded, v1beta1.PhaseFailed:
+		default:
+			target[p.Spec.Version] = true
+		}
+	}
+	out := map[string][]string{}
+	for _, v := range versions {
+		if len(v.Status.Images) == 0 {
+			continue
+		}
+		if target[v.Name] || meta.IsStatusConditionTrue(v.Status.Conditions, v1beta1.VersionInstalled) {
+			out[v.Name] = v.Status.Images
+		}
+	}
+	return out
 }

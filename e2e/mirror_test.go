@@ -14,6 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
 
 // releaseCheckImage is the release's runnable image: hack/e2e.sh builds it from the test image
@@ -35,9 +38,11 @@ var manifestAccept = strings.Join([]string{
 // (its content with it), a pod of that image with pull policy IfNotPresent is started on that
 // node and runs to completion, which with no registry in reach means the node's containerd pulled
 // it through its own agent (hosts.toml written by the chart, config_path set by hack/e2e.sh); that
-// agent's metrics show the blob bytes came from a peer. The node's mirror answers a release image
+// agent's metrics show the blob bytes came from a peer. That node's agent first loses its own
+// image lists and restarts, as on a node that joined after the upgrade: it serves the release
+// from what the cluster records on the Version. The node's mirror answers a release image
 // by tag and refuses (404) an image that is not the release's.
-func requireMirrorPull(t *testing.T, c *cluster, agentPort int32) {
+func requireMirrorPull(t *testing.T, c *cluster, agentPort int32, version string) {
 	t.Helper()
 	require.Contains(t, releaseISO(t).refs(), releaseCheckImage, "the release ISO lacks its runnable image (hack/e2e.sh packs it)")
 	n := c.nodes[len(c.nodes)-1]
@@ -56,6 +61,19 @@ func requireMirrorPull(t *testing.T, c *cluster, agentPort int32) {
 		}
 		return nil
 	})
+
+	// As a node that joined after the upgrade: its agent never preloaded the release, so it has no
+	// image list of its own and learns the release's images from the cluster (the Version's
+	// status.images, recorded by the sequencer from the verified ISO).
+	var v apiv1beta1.Version
+	require.NoError(t, c.cl.Get(t.Context(), client.ObjectKey{Name: version}, &v))
+	require.Contains(t, v.Status.Images, releaseCheckImage, "Version %s: the release's images recorded by the sequencer", version)
+	eventually(t, time.Minute, "remove the image lists of the agent of "+n.Name, func(ctx context.Context) error {
+		_, err := nodeCmd(ctx, n.Name, "rm", "-rf", agentCacheDir+"/mirror-lists")
+		return err
+	})
+	restartAgent(t, c, n.Name)
+	t.Logf("the agent of %s restarted without image lists of its own", n.Name)
 
 	t.Run("the mirror serves the release's images only", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -177,4 +195,37 @@ func podEvents(t *testing.T, c *cluster, name string) []string {
 		return nil
 	})
 	return out
+}
+
+// restartAgent deletes the agent pod of node and waits until its successor runs.
+func restartAgent(t *testing.T, c *cluster, node string) {
+	t.Helper()
+	selector := "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release
+	var old string
+	eventually(t, time.Minute, "delete the agent pod of "+node, func(ctx context.Context) error {
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("%d agent pods on %s", len(pods.Items), node)
+		}
+		old = string(pods.Items[0].UID)
+		return c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{})
+	})
+	eventually(t, 3*time.Minute, "a new agent pod running on "+node, func(ctx context.Context) error {
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || string(pods.Items[0].UID) == old {
+			return fmt.Errorf("%d agent pods on %s, the old one among them", len(pods.Items), node)
+		}
+		for _, s := range pods.Items[0].Status.ContainerStatuses {
+			if s.Name == "agent" && s.State.Running != nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("agent pod %s is %s", pods.Items[0].Name, pods.Items[0].Status.Phase)
+	})
 }

@@ -58,6 +58,9 @@ const (
 	ActionRecordInstalled ActionKind = "RecordInstalled"
 	// ActionRecordDownloaded marks the plan's Version Downloaded and Verified.
 	ActionRecordDownloaded ActionKind = "RecordDownloaded"
+	// ActionRecordImages records the release's images, read through the repo, on the plan's
+	// Version.
+	ActionRecordImages ActionKind = "RecordImages"
 )
 
 // Action is one thing to do.

@@ -94,6 +94,7 @@ func (d *decider) metadataPopulating() {
 		Kubevirt: r.Kubevirt, MinUpgradableVersion: r.MinUpgradableVersion,
 		Etcd: extraString(r, releaseEtcdKey), CoreDNS: extraString(r, releaseCoreDNSKey),
 	}
+	d.out.Actions = append(d.out.Actions, Action{Kind: ActionRecordImages})
 	d.enter(v1beta1.PhaseMetadataPopulated)
 }
 

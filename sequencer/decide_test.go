@@ -241,7 +241,7 @@ func TestDecide(t *testing.T) {
 			name: "metadata populated", o: obs(v1beta1.PhaseMetadataPopulating, func(o *sequencer.Observation) {
 				o.Release = &release.Release{Harvester: "v1.6.0", Kubernetes: "v1.33.3+rke2r1", MinUpgradableVersion: "v1.5.0"}
 			}),
-			want: want{phase: v1beta1.PhaseMetadataPopulated, check: func(t *testing.T, d sequencer.Decision) {
+			want: want{phase: v1beta1.PhaseMetadataPopulated, actions: []sequencer.Action{{Kind: sequencer.ActionRecordImages}}, check: func(t *testing.T, d sequencer.Decision) {
 				require.Equal(t, "v1.33.3+rke2r1", d.Status.ReleaseMetadata.Kubernetes)
 			}},
 		},

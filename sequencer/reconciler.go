@@ -337,6 +337,8 @@ func (r *Reconciler) apply(ctx context.Context, plan *v1beta1.UpgradePlan, o Obs
 		return nil, r.recordInstalled(ctx, plan, o)
 	case ActionRecordDownloaded:
 		return nil, r.recordDownloaded(ctx, plan, len(o.Nodes))
+	case ActionRecordImages:
+		return nil, r.recordImages(ctx, plan)
 	}
 	return nil, fmt.Errorf("unknown action %q", a.Kind)
 }

@@ -78,11 +78,14 @@ func releaseServer(t *testing.T, harvester string) string {
 	t.Helper()
 	rel := release.Release{Harvester: harvester, Kubernetes: "v1.33.3+rke2r1", MinUpgradableVersion: "v1.5.0", HarvesterChart: "1.6.0"}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/release" {
+		switch r.URL.Path {
+		case "/v1/release":
+			_ = json.NewEncoder(w).Encode(rel)
+		case "/v1/images":
+			_, _ = w.Write([]byte(`[{"ref":"docker.io/rancher/harvester:` + harvester + `","group":"common"},{"ref":"docker.io/rancher/rke2-runtime:v1.33.3-rke2r1","group":"rke2"}]`))
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		_ = json.NewEncoder(w).Encode(rel)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL

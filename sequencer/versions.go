@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
@@ -173,4 +175,31 @@ func (r *Reconciler) recordInstalledVersions(ctx context.Context, plan *v1beta1.
 	}
 	return markVersion(ctx, r.c, plan.Spec.Version, plan.Name, metav1.Condition{Type: v1beta1.VersionInstalled, Status: metav1.ConditionTrue,
 		Reason: "PlanSucceeded", Message: "installed by upgradeplan " + plan.Name, LastTransitionTime: now})
+}
+
+// recordImages reads the release's images through the repo and records them on the plan's
+// Version, for the agents' registries. It never holds the plan up: a repo that does not list the
+// images is logged and leaves the Version as it was (each node still serves what it preloaded).
+// A missing Version is no error: the plan keeps its snapshot.
+func (r *Reconciler) recordImages(ctx context.Context, plan *v1beta1.UpgradePlan) error {
+	refs, err := repoclient.FetchImages(ctx, r.http, r.repoURL)
+	if err != nil {
+		r.log.Warn("the release's images are not recorded on its Version", "plan", plan.Name, "version", plan.Spec.Version, "err", err)
+		return nil
+	}
+	var v v1beta1.Version
+	if err := r.c.Get(ctx, client.ObjectKey{Name: plan.Spec.Version}, &v); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("get version %s: %w", plan.Spec.Version, err)
+	}
+	if slices.Equal(v.Status.Images, refs) {
+		return nil
+	}
+	v.Status.Images = refs
+	if err := r.c.Status().Update(ctx, &v); err != nil {
+		return fmt.Errorf("update status of version %s: %w", v.Name, err)
+	}
+	return nil
 }

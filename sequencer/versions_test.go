@@ -234,4 +234,7 @@ func TestReconcileUpgradeDesignTestPlan(t *testing.T) {
 	in, err := sequencer.ReadInstalled(t.Context(), k.c, testNS)
 	require.NoError(t, err)
 	require.Equal(t, "v1.5.2", in.Version)
+	// The release's images, read through the repo, are on the Version for the agents' registries.
+	require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Name: v.Name}, &v))
+	require.Equal(t, []string{"docker.io/rancher/harvester:v1.5.2", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1"}, v.Status.Images)
 }

@@ -50,6 +50,12 @@ type VersionStatus struct {
 	// ISOSize is the ISO's size in bytes as its origin announced it; 0 when unknown.
 	// +optional
 	ISOSize int64 `json:"isoSize,omitempty"`
+	// Images are the images the release's image lists name (fully qualified, sorted), as the
+	// sequencer read them from the verified ISO at MetadataPopulating. The agents' release image
+	// registries serve them on every node, one that joined after the upgrade included.
+	// +optional
+	// +listType=atomic
+	Images []string `json:"images,omitempty"`
 	// InstalledBy names the UpgradePlan that installed the Version.
 	// +optional
 	InstalledBy string `json:"installedBy,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
@@ -92,6 +93,34 @@ func Fetch(ctx context.Context, hc *http.Client, base string) (*release.Release,
 		return nil, fmt.Errorf("decode %s: the harvester version is missing", redact.URL(u))
 	}
 	return &r, nil
+}
+
+// ImagesPath is the repo server's route for the release's images.
+const ImagesPath = "/v1/images"
+
+// FetchImages reads GET base/v1/images from a repo server: the references of every image the
+// release's lists name, sorted and without duplicates. hc is http.DefaultClient when nil.
+func FetchImages(ctx context.Context, hc *http.Client, base string) ([]string, error) {
+	u := strings.TrimRight(base, "/") + ImagesPath
+	data, err := get(ctx, hc, u)
+	if err != nil {
+		return nil, err
+	}
+	var docs []struct {
+		Ref string `json:"ref"`
+	}
+	if err := json.Unmarshal(data, &docs); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", redact.URL(u), err)
+	}
+	refs := make([]string, 0, len(docs))
+	for _, d := range docs {
+		if d.Ref == "" {
+			return nil, fmt.Errorf("decode %s: an image without a reference", redact.URL(u))
+		}
+		refs = append(refs, d.Ref)
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs), nil
 }
 
 func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {

@@ -6,12 +6,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/release"
+	"github.com/upgrade-repo/upgrade-repo/release/pack"
+	"github.com/upgrade-repo/upgrade-repo/repo"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
 
@@ -89,5 +92,37 @@ func TestErrorsHideCredentials(t *testing.T) {
 		require.NotContains(t, err.Error(), "s3cret")
 		require.NotContains(t, err.Error(), "Signature")
 		require.Contains(t, err.Error(), "404")
+	}
+}
+
+// FetchImages reads what a real repo serves of a release's tree: every image of its lists, once.
+func TestFetchImages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res, err := pack.BuildTree(t.Context(), pack.Demo("v1.6.0", 4, 64<<10, 0), dir)
+	require.NoError(t, err)
+	h, err := repo.New(os.DirFS(dir))
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	var want []string
+	for _, a := range res.Archives {
+		want = append(want, a.Refs()...)
+	}
+	slices.Sort(want)
+
+	got, err := repoclient.FetchImages(t.Context(), nil, srv.URL+"/")
+	require.NoError(t, err)
+	require.Equal(t, slices.Compact(want), got)
+	require.NotEmpty(t, got)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /noref/v1/images", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"group":"common"}]`)) })
+	mux.HandleFunc("GET /bad/v1/images", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{`)) })
+	bad := httptest.NewServer(mux)
+	t.Cleanup(bad.Close)
+	for path, wantErr := range map[string]string{"/noref": "an image without a reference", "/bad": "decode", "/none": "404"} {
+		_, err := repoclient.FetchImages(t.Context(), nil, bad.URL+path)
+		require.ErrorContains(t, err, wantErr, path)
 	}
 }

@@ -27,6 +27,7 @@ import (
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=reponodes,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=reponodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=management.harvesterhci.io,resources=upgradeplans,verbs=get;list;watch
+// +kubebuilder:rbac:groups=management.harvesterhci.io,resources=versions,verbs=get;list;watch
 
 // Writer publishes one node's RepoNode status. It is safe for concurrent use; each Write replaces
 // the whole status.
