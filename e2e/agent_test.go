@@ -211,6 +211,12 @@ func getMetrics(t *testing.T, base string) map[string]float64 {
 	t.Helper()
 	resp, body := httpGet(t, base+"/metrics", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return parseMetrics(t, body)
+}
+
+// parseMetrics reads a Prometheus text exposition into series → value, as getMetrics.
+func parseMetrics(t *testing.T, body []byte) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)

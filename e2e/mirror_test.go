@@ -120,7 +120,7 @@ func requireMirrorPull(t *testing.T, c *cluster, agentPort int32, version string
 		}
 		return nil
 	})
-	before := getMetrics(t, agent)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+	before := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
 	t.Logf("removed %s from %s; its agent had sent %.0f blob bytes from peers", releaseCheckImage, n.Name, before)
 
 	pod := &corev1.Pod{
@@ -170,7 +170,7 @@ func requireMirrorPull(t *testing.T, c *cluster, agentPort int32, version string
 	logs, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
 	require.NoError(t, err)
 	require.Contains(t, string(logs), "hello from the release image")
-	after := getMetrics(t, agent)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+	after := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
 	t.Logf("pod %s ran %s on %s after a pull through its agent: %.0f blob bytes from peers; events: %s",
 		pod.Name, releaseCheckImage, n.Name, after-before, strings.Join(events, "; "))
 	// The image's one layer is the test program, megabytes of it.
@@ -228,4 +228,32 @@ func restartAgent(t *testing.T, c *cluster, node string) {
 		}
 		return fmt.Errorf("agent pod %s is %s", pods.Items[0].Name, pods.Items[0].Status.Phase)
 	})
+}
+
+// agentMetricsOnNode reads the metrics of node's agent from the node itself, at the pod's own
+// address: an agent that holds no ISO is not Ready, so the Service does not lead to it.
+func agentMetricsOnNode(t *testing.T, c *cluster, node string) map[string]float64 {
+	t.Helper()
+	var body string
+	eventually(t, time.Minute, "metrics of the agent of "+node, func(ctx context.Context) error {
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release, FieldSelector: "spec.nodeName=" + node,
+		})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+			return fmt.Errorf("%d agent pods on %s, or no address yet", len(pods.Items), node)
+		}
+		p := pods.Items[0]
+		var port int32
+		for _, cp := range p.Spec.Containers[0].Ports {
+			if cp.Name == "http" {
+				port = cp.ContainerPort
+			}
+		}
+		body, err = nodeCmd(ctx, node, "curl", "-sf", fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port))
+		return err
+	})
+	return parseMetrics(t, []byte(body))
 }
