@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,18 +43,21 @@ var manifestAccept = strings.Join([]string{
 // image lists and restarts, as on a node that joined after the upgrade: it serves the release
 // from what the cluster records on the Version. The node's mirror answers a release image
 // by tag and refuses (404) an image that is not the release's.
-func requireMirrorPull(t *testing.T, c *cluster, agentPort int32, version string) {
+func requireMirrorPull(t *testing.T, c *cluster, version string) {
 	t.Helper()
 	require.Contains(t, releaseISO(t).refs(), releaseCheckImage, "the release ISO lacks its runnable image (hack/e2e.sh packs it)")
 	n := c.nodes[len(c.nodes)-1]
 	ip := internalIP(t, n)
-	agent := fmt.Sprintf("http://%s:%d", ip, agentPort)
 	mirror := fmt.Sprintf("http://%s:%d", ip, mirrorPort)
 
 	// The agents dropped the ISO once the plan ended: no repo, and nothing to import again from.
 	eventually(t, 3*time.Minute, "the agent of "+n.Name+" dropped the plan's ISO", func(ctx context.Context) error {
-		st, err := fetchStatus(ctx, agent)
+		body, err := agentGetOnNode(ctx, c, n.Name, "/v1/status")
 		if err != nil {
+			return err
+		}
+		var st agentStatus
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			return err
 		}
 		if st.Ready || st.ISO.SHA512 != "" {
@@ -230,30 +234,36 @@ func restartAgent(t *testing.T, c *cluster, node string) {
 	})
 }
 
-// agentMetricsOnNode reads the metrics of node's agent from the node itself, at the pod's own
-// address: an agent that holds no ISO is not Ready, so the Service does not lead to it.
+// agentMetricsOnNode reads the metrics of node's agent from the node itself (agentGetOnNode).
 func agentMetricsOnNode(t *testing.T, c *cluster, node string) map[string]float64 {
 	t.Helper()
 	var body string
 	eventually(t, time.Minute, "metrics of the agent of "+node, func(ctx context.Context) error {
-		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release, FieldSelector: "spec.nodeName=" + node,
-		})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
-			return fmt.Errorf("%d agent pods on %s, or no address yet", len(pods.Items), node)
-		}
-		p := pods.Items[0]
-		var port int32
-		for _, cp := range p.Spec.Containers[0].Ports {
-			if cp.Name == "http" {
-				port = cp.ContainerPort
-			}
-		}
-		body, err = nodeCmd(ctx, node, "curl", "-sf", fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port))
+		var err error
+		body, err = agentGetOnNode(ctx, c, node, "/metrics")
 		return err
 	})
 	return parseMetrics(t, []byte(body))
+}
+
+// agentGetOnNode GETs path of node's agent from the node itself, at the pod's own address: an
+// agent that holds no ISO is not Ready, so the Service does not lead to it.
+func agentGetOnNode(ctx context.Context, c *cluster, node, path string) (string, error) {
+	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release, FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		return "", fmt.Errorf("%d agent pods on %s, or no address yet", len(pods.Items), node)
+	}
+	p := pods.Items[0]
+	var port int32
+	for _, cp := range p.Spec.Containers[0].Ports {
+		if cp.Name == "http" {
+			port = cp.ContainerPort
+		}
+	}
+	return nodeCmd(ctx, node, "curl", "-sf", "--max-time", "10", fmt.Sprintf("http://%s:%d%s", p.Status.PodIP, port, path))
 }

@@ -262,7 +262,7 @@ func TestUpgrade(t *testing.T) {
 		requirePreviousCleaned(t, c, prev, meta.Harvester)
 	})
 	t.Run("after the plan, a release image a node lost is pulled through its agent from a peer", func(t *testing.T) {
-		requireMirrorPull(t, c, nodePort(t, c, c.release), meta.Harvester)
+		requireMirrorPull(t, c, meta.Harvester)
 	})
 
 	t.Run("the upgrade image did its work once on every node, management nodes first", func(t *testing.T) {
