@@ -105,6 +105,10 @@ bench-serve: build deps ## upgrade-repo against nginx: throughput, requests/s, C
 bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images import`.
 	@bash hack/bench-preload.sh
 
+.PHONY: bench-kind-preload
+bench-kind-preload: build deps ## The v1.34.4 release's preload inside a kind node (v1.33.13) against `zstdcat | ctr images import` and the floor (BENCH_ROUNDS).
+	@bash hack/bench-kind-preload.sh
+
 .PHONY: bench-distribute
 bench-distribute: build deps ## Agents sharing an ISO against lone downloads (BENCH_NODES, BENCH_ISO_SIZE).
 	@bash hack/bench-distribute.sh
