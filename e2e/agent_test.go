@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -130,29 +129,13 @@ func TestAgents(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, node, "every node is a seed")
-		selector := "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release
-		var old string
-		eventually(t, time.Minute, "delete the agent pod of "+node, func(ctx context.Context) error {
-			pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
-				LabelSelector: selector, FieldSelector: "spec.nodeName=" + node,
-			})
-			if err != nil {
-				return err
-			}
-			if len(pods.Items) != 1 {
-				return fmt.Errorf("%d agent pods on %s", len(pods.Items), node)
-			}
-			old = string(pods.Items[0].UID)
-			return c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{})
-		})
+		old := deleteAgentPod(t, c, node)
 		eventually(t, 3*time.Minute, "a new agent pod ready on "+node, func(ctx context.Context) error {
-			pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
-				LabelSelector: selector, FieldSelector: "spec.nodeName=" + node,
-			})
+			pods, err := agentPods(ctx, c, node)
 			if err != nil {
 				return err
 			}
-			for _, p := range pods.Items {
+			for _, p := range pods {
 				if string(p.UID) == old || p.DeletionTimestamp != nil {
 					continue
 				}

@@ -204,34 +204,51 @@ func podEvents(t *testing.T, c *cluster, name string) []string {
 // restartAgent deletes the agent pod of node and waits until its successor runs.
 func restartAgent(t *testing.T, c *cluster, node string) {
 	t.Helper()
-	selector := "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release
-	var old string
-	eventually(t, time.Minute, "delete the agent pod of "+node, func(ctx context.Context) error {
-		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) != 1 {
-			return fmt.Errorf("%d agent pods on %s", len(pods.Items), node)
-		}
-		old = string(pods.Items[0].UID)
-		return c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{})
-	})
+	old := deleteAgentPod(t, c, node)
 	eventually(t, 3*time.Minute, "a new agent pod running on "+node, func(ctx context.Context) error {
-		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.nodeName=" + node})
+		pods, err := agentPods(ctx, c, node)
 		if err != nil {
 			return err
 		}
-		if len(pods.Items) != 1 || string(pods.Items[0].UID) == old {
-			return fmt.Errorf("%d agent pods on %s, the old one among them", len(pods.Items), node)
+		if len(pods) != 1 || string(pods[0].UID) == old {
+			return fmt.Errorf("%d agent pods on %s, the old one among them", len(pods), node)
 		}
-		for _, s := range pods.Items[0].Status.ContainerStatuses {
+		for _, s := range pods[0].Status.ContainerStatuses {
 			if s.Name == "agent" && s.State.Running != nil {
 				return nil
 			}
 		}
-		return fmt.Errorf("agent pod %s is %s", pods.Items[0].Name, pods.Items[0].Status.Phase)
+		return fmt.Errorf("agent pod %s is %s", pods[0].Name, pods[0].Status.Phase)
 	})
+}
+
+// agentPods lists the agent pods of the chart's release on node.
+func agentPods(ctx context.Context, c *cluster, node string) ([]corev1.Pod, error) {
+	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release, FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
+
+// deleteAgentPod deletes the one agent pod on node and returns its UID.
+func deleteAgentPod(t *testing.T, c *cluster, node string) string {
+	t.Helper()
+	var old string
+	eventually(t, time.Minute, "delete the agent pod of "+node, func(ctx context.Context) error {
+		pods, err := agentPods(ctx, c, node)
+		if err != nil {
+			return err
+		}
+		if len(pods) != 1 {
+			return fmt.Errorf("%d agent pods on %s", len(pods), node)
+		}
+		old = string(pods[0].UID)
+		return c.cs.CoreV1().Pods(c.namespace).Delete(ctx, pods[0].Name, metav1.DeleteOptions{})
+	})
+	return old
 }
 
 // agentMetricsOnNode reads the metrics of node's agent from the node itself (agentGetOnNode).
@@ -249,16 +266,14 @@ func agentMetricsOnNode(t *testing.T, c *cluster, node string) map[string]float6
 // agentGetOnNode GETs path of node's agent from the node itself, at the pod's own address: an
 // agent that holds no ISO is not Ready, so the Service does not lead to it.
 func agentGetOnNode(ctx context.Context, c *cluster, node, path string) (string, error) {
-	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/component=agent,app.kubernetes.io/instance=" + c.release, FieldSelector: "spec.nodeName=" + node,
-	})
+	pods, err := agentPods(ctx, c, node)
 	if err != nil {
 		return "", err
 	}
-	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
-		return "", fmt.Errorf("%d agent pods on %s, or no address yet", len(pods.Items), node)
+	if len(pods) != 1 || pods[0].Status.PodIP == "" {
+		return "", fmt.Errorf("%d agent pods on %s, or no address yet", len(pods), node)
 	}
-	p := pods.Items[0]
+	p := pods[0]
 	var port int32
 	for _, cp := range p.Spec.Containers[0].Ports {
 		if cp.Name == "http" {
