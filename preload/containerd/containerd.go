@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -68,6 +69,12 @@ type Store struct {
 	direct       *directIngest
 	directIngest bool
 	snapshotter  string
+	// onepass is the snapshotter's directory when this process extracts layers while it writes
+	// their blobs (see onepass.go), nil when containerd unpacks them after the import.
+	onepass   *onePass
+	onePassOn bool
+
+	onePassLayers, containerdUnpacks atomic.Int64
 
 	mu sync.Mutex
 	// stale are the leases of failed imports that could not be deleted (the daemon was down):
@@ -105,9 +112,14 @@ const DefaultSnapshotter = "overlayfs"
 // for this host's platform are imported but not unpacked. Empty (the default) unpacks nothing.
 func WithUnpack(snapshotter string) Option { return func(s *Store) { s.snapshotter = snapshotter } }
 
+// WithOnePass sets whether imports that unpack extract each layer while its blob is written,
+// when this process can (default true; see the package's one-pass unpack). Without it, or when
+// the snapshotter's directory is out of reach, containerd unpacks the images after the import.
+func WithOnePass(on bool) Option { return func(s *Store) { s.onePassOn = on } }
+
 // New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
-	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry, directIngest: true}
+	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry, directIngest: true, onePassOn: true}
 	for _, o := range opts {
 		o(s)
 	}
@@ -129,6 +141,7 @@ func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 	if s.directIngest {
 		s.direct = s.findContentDir(ctx)
 	}
+	s.onepass = s.findOnePass(ctx)
 	return s, nil
 }
 
@@ -158,6 +171,9 @@ func (s *Store) findContentDir(ctx context.Context) *directIngest {
 
 // contentPluginType is the plugin type of containerd's content store.
 const contentPluginType = "io.containerd.content.v1"
+
+// OnePass reports whether imports that unpack extract layers while they write them.
+func (s *Store) OnePass() bool { return s.onepass != nil && s.DirectIngest() }
 
 // DirectIngest reports whether imports currently write blobs straight into the daemon's content
 // directory.
@@ -339,8 +355,17 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	ctx = leases.WithLease(ctx, l.ID)
 	cs := s.client.ContentStore()
 	ics := cs
+	var st *stager
+	if s.OnePass() {
+		if st, err = s.onepass.newStager(); err != nil {
+			s.log.Warn("one-pass unpack off for this import", "err", err)
+			st = nil
+		} else {
+			defer st.remove()
+		}
+	}
 	if s.DirectIngest() {
-		ics = &ingestStore{Store: cs, d: s.direct, onFail: func(err error) {
+		ics = &ingestStore{Store: cs, d: s.direct, st: st, onFail: func(err error) {
 			s.log.Warn("direct ingest off, streaming blobs through containerd", "err", err)
 		}}
 	}
@@ -358,10 +383,8 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		return nil, err
 	}
 	// Unpacked before the images exist, under the same lease: a failed unpack leaves nothing.
-	for _, img := range imgs {
-		if err := s.unpack(ctx, img); err != nil {
-			return nil, fmt.Errorf("unpack %s into %s: %w", img.Name, s.snapshotter, classify(err))
-		}
+	if err := s.unpackAll(ctx, st, imgs); err != nil {
+		return nil, err
 	}
 	is := s.client.ImageService()
 	for _, img := range imgs {
@@ -382,6 +405,43 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// unpackAll unpacks imgs: from the layers st extracted while the archive was read, then, for
+// what they lack, through containerd.
+func (s *Store) unpackAll(ctx context.Context, st *stager, imgs []images.Image) error {
+	if s.snapshotter == "" {
+		return nil
+	}
+	var res onePassResult
+	if st != nil {
+		st.wait()
+		if err := s.onepass.sync(); err != nil {
+			return fmt.Errorf("unpack: %w", err)
+		}
+	}
+	for _, img := range imgs {
+		done := false
+		if st != nil {
+			done = s.commitStaged(ctx, st, img, &res)
+		}
+		if !done {
+			res.containerd++
+			if err := s.unpack(ctx, img); err != nil {
+				return fmt.Errorf("unpack %s into %s: %w", img.Name, s.snapshotter, classify(err))
+			}
+		}
+	}
+	s.onePassLayers.Add(int64(res.staged))
+	s.containerdUnpacks.Add(int64(res.containerd))
+	s.log.Debug("unpacked", "layers in one pass", res.staged, "layers present", res.present, "images unpacked by containerd", res.containerd)
+	return nil
+}
+
+// UnpackCounts returns how many layers imports extracted in one pass, and how many images (or
+// their remaining layers) containerd unpacked after an import, since the store was made.
+func (s *Store) UnpackCounts() (onePassLayers, containerdImages int64) {
+	return s.onePassLayers.Load(), s.containerdUnpacks.Load()
 }
 
 // unpack unpacks img into the store's snapshotter, when it has one and the image a manifest for

@@ -118,6 +118,7 @@ func (d *directIngest) removeStale() {
 type ingestStore struct {
 	content.Store
 	d      *directIngest
+	st     *stager     // extracts layers while they are written (one-pass unpack), or nil
 	onFail func(error) // called once when direct ingest turns out not to work
 }
 
@@ -141,11 +142,12 @@ func (c *ingestStore) Writer(ctx context.Context, opts ...content.WriterOpt) (co
 		return nil, fmt.Errorf("direct ingest: %w", err)
 	}
 	now := time.Now()
-	return &fileWriter{c: c, ref: wo.Ref, f: f, h: sha256.New(), started: now, updated: now}, nil
+	return &fileWriter{ctx: ctx, c: c, ref: wo.Ref, f: f, h: sha256.New(), started: now, updated: now}, nil
 }
 
 // fileWriter is a content.Writer into a temporary file of direct ingest.
 type fileWriter struct {
+	ctx context.Context
 	c   *ingestStore
 	ref string
 	f   *os.File
@@ -155,6 +157,8 @@ type fileWriter struct {
 	synced           int64
 	started, updated time.Time
 	done             bool
+	// ext extracts the blob while it is written, when it is a layer and one-pass unpack is on.
+	ext *extraction
 }
 
 var _ content.Writer = (*fileWriter)(nil)
@@ -163,6 +167,14 @@ var _ content.Writer = (*fileWriter)(nil)
 func (w *fileWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	w.h.Write(p[:n])
+	if w.c.st != nil {
+		if w.off == 0 && w.ext == nil {
+			w.ext = w.c.st.begin(w.ctx, p[:n])
+		}
+		if w.ext != nil {
+			w.ext.feed(p[:n])
+		}
+	}
 	w.off += int64(n)
 	w.updated = time.Now()
 	if err != nil {
@@ -265,11 +277,19 @@ func (w *fileWriter) Truncate(size int64) error {
 	}
 	w.h.Reset()
 	w.off, w.synced = 0, 0
+	if w.ext != nil {
+		w.ext.abort()
+		w.ext = nil
+	}
 	return nil
 }
 
 // Close implements content.Writer: it removes the temporary file (a committed blob keeps its link).
 func (w *fileWriter) Close() error {
+	if w.ext != nil {
+		w.ext.abort()
+		w.ext = nil
+	}
 	_ = w.f.Close()
 	return os.Remove(w.f.Name())
 }
@@ -323,6 +343,10 @@ func (w *fileWriter) Commit(ctx context.Context, size int64, expected digest.Dig
 		}
 	}
 	w.done = true
+	if w.ext != nil {
+		w.c.st.finish(dgst, w.ext)
+		w.ext = nil
+	}
 	return nil
 }
 

@@ -1,0 +1,536 @@
+package containerd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/containerd/v2/pkg/labels"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	digest "github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	"golang.org/x/sys/unix"
+)
+
+// One-pass unpack.
+//
+// Unpacking through containerd reads every layer back from the content store after the archive
+// was written, decompresses it (containerd 1.6 with Go's gzip) and writes its files: a second pass
+// over every byte, after the first. When this process writes blobs itself (direct ingest) and sees
+// the overlayfs snapshotter's directory at the path containerd reports, it extracts each layer
+// while its blob is being written, from the same bytes, on another core: into a staging directory
+// beside the snapshots, converting whiteouts as containerd's overlay applier does. Once the
+// archive is read and its images are known, each layer's snapshot is prepared on its parent as
+// containerd's unpacker prepares it, the staged directory is renamed into the snapshot's upper
+// directory (the directory containerd itself would extract into), and the snapshot is committed
+// under its chain ID.
+//
+// What keeps it as safe as containerd's own unpack:
+//   - a staged layer is used only if the digest of its decompressed bytes is the diff ID its
+//     image's config names at that place; anything else is unpacked by containerd as before;
+//   - the extracted files are synced (one syncfs of the snapshotter's filesystem) before the
+//     first snapshot is committed;
+//   - snapshots are committed under the import's lease, before any image exists: a failed import
+//     deletes the lease and the garbage collector removes them, and staging directories never
+//     outlive the import (those of a killed process go at the next start);
+//   - a layer this process cannot extract (a whiteout it may not create, an opaque directory
+//     without CAP_SYS_ADMIN, a compression it does not know) is left to containerd.
+
+// stageDirName is the directory, inside the snapshotter's root, of layers extracted while their
+// blobs were written. containerd's overlay snapshotter only reads snapshots/ and metadata.db there; a guessed directory
+// that is not the snapshotter's is found out at the first layer, whose snapshot is elsewhere.
+const stageDirName = "upgrade-repo.unpack"
+
+// maxExtractions is how many layers are extracted at once; a blob whose extraction must wait
+// holds its archive's reader back.
+const maxExtractions = 2
+
+// extractQueue is how many written pieces of a blob may wait for its extraction.
+const extractQueue = 8
+
+// onePass is the snapshotter's directory as this process extracts layers into it.
+type onePass struct {
+	snapshotter string
+	root        string // the snapshotter's root: snapshots/ is below it
+	tmp         string // root/stageDirName
+	slots       chan struct{}
+}
+
+// findOnePass returns one-pass unpack into the snapshotter, or nil, logging why, when this process
+// cannot do it: no direct ingest, another snapshotter than overlayfs, its directory out of reach,
+// or no right to create what layers hold (ownership, device nodes for whiteouts).
+func (s *Store) findOnePass(ctx context.Context) *onePass {
+	if s.snapshotter != DefaultSnapshotter || s.direct == nil || !s.onePassOn {
+		return nil
+	}
+	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+snapshotPluginType, "id=="+s.snapshotter)
+	if err != nil || len(resp.GetPlugins()) == 0 {
+		s.log.Info("one-pass unpack off: cannot ask containerd for its snapshotter's directory", "snapshotter", s.snapshotter, "err", err)
+		return nil
+	}
+	root := resp.GetPlugins()[0].GetExports()["root"]
+	if root == "" {
+		// containerd 1.6 does not say: its plugins' directories are siblings by default.
+		root = filepath.Join(filepath.Dir(s.direct.root), snapshotPluginType+"."+s.snapshotter)
+	}
+	p, err := newOnePass(s.snapshotter, root)
+	if err != nil {
+		s.log.Info("one-pass unpack off", "snapshotter", s.snapshotter, "dir", root, "err", err)
+		return nil
+	}
+	s.log.Debug("one-pass unpack on", "dir", root)
+	return p
+}
+
+// snapshotPluginType is the plugin type of containerd's snapshotters.
+const snapshotPluginType = "io.containerd.snapshotter.v1"
+
+func newOnePass(snapshotter, root string) (*onePass, error) {
+	if root == "" || !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("snapshotter root %q: not an absolute path", root)
+	}
+	snaps, err := os.Stat(filepath.Join(root, "snapshots"))
+	if err != nil {
+		return nil, err
+	}
+
+	p := &onePass{snapshotter: snapshotter, root: root, tmp: filepath.Join(root, stageDirName), slots: make(chan struct{}, maxExtractions)}
+	if err := os.MkdirAll(p.tmp, 0o700); err != nil {
+		return nil, err
+	}
+	p.removeStale()
+	tmp, err := os.Stat(p.tmp)
+	if err != nil {
+		return nil, err
+	}
+	if a, b := snaps.Sys().(*syscall.Stat_t), tmp.Sys().(*syscall.Stat_t); a == nil || b == nil || a.Dev != b.Dev {
+		return nil, errors.New("staging directory and snapshots on different filesystems")
+	}
+	// A whiteout is a character device 0/0 owned as in the layer.
+	probe := filepath.Join(p.tmp, "probe")
+	defer os.Remove(probe)
+	if err := unix.Mknod(probe, unix.S_IFCHR, 0); err != nil {
+		return nil, fmt.Errorf("create a whiteout: %w", err)
+	}
+	if err := os.Lchown(probe, 1, 1); err != nil {
+		return nil, fmt.Errorf("change a file's owner: %w", err)
+	}
+	return p, nil
+}
+
+// removeStale removes what imports of processes that died staged: an import holds a lock on its
+// directory while it runs (another process may be importing into the same daemon).
+func (p *onePass) removeStale() {
+	ents, err := os.ReadDir(p.tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		dir := filepath.Join(p.tmp, e.Name())
+		if !e.IsDir() {
+			_ = os.Remove(dir)
+			continue
+		}
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = os.RemoveAll(dir)
+		}
+		_ = f.Close()
+	}
+}
+
+// stager holds the layers one import extracted while writing their blobs.
+type stager struct {
+	p    *onePass
+	dir  string   // this import's directory below p.tmp
+	lock *os.File // dir, locked while the import runs
+	n    atomic.Int64
+
+	mu     sync.Mutex
+	layers map[digest.Digest]*extraction
+	closed bool
+}
+
+// newStager starts an import's staging; remove removes what it did not hand to a snapshot.
+func (p *onePass) newStager() (*stager, error) {
+	dir, err := os.MkdirTemp(p.tmp, "import-")
+	if err != nil {
+		return nil, fmt.Errorf("one-pass unpack: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err == nil {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	}
+	if err != nil {
+		if f != nil {
+			_ = f.Close()
+		}
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("one-pass unpack: lock %s: %w", dir, err)
+	}
+	return &stager{p: p, dir: dir, lock: f, layers: map[digest.Digest]*extraction{}}, nil
+}
+
+// wait waits until every extraction that was handed a committed blob ended.
+func (st *stager) wait() {
+	st.mu.Lock()
+	ls := make([]*extraction, 0, len(st.layers))
+	for _, e := range st.layers {
+		ls = append(ls, e)
+	}
+	st.mu.Unlock()
+	for _, e := range ls {
+		<-e.done
+	}
+}
+
+// remove waits for every extraction and removes all that was staged and not taken.
+func (st *stager) remove() {
+	st.mu.Lock()
+	st.closed = true
+	ls := st.layers
+	st.layers = nil
+	st.mu.Unlock()
+	for _, e := range ls {
+		<-e.done
+	}
+	_ = os.RemoveAll(st.dir)
+	_ = st.lock.Close()
+}
+
+// begin returns the extraction of a blob whose first written bytes are head, or nil when they do
+// not start a layer (a compressed stream or a tar). It waits for a free extraction slot.
+func (st *stager) begin(ctx context.Context, head []byte) *extraction {
+	if !looksLikeLayer(head) {
+		return nil
+	}
+	select {
+	case st.p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil
+	}
+	dir := filepath.Join(st.dir, fmt.Sprint(st.n.Add(1)))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		<-st.p.slots
+		return nil
+	}
+	// The snapshot's directory has the mode containerd gives it, whatever the umask.
+	_ = os.Chmod(dir, 0o755)
+	e := &extraction{dir: dir, ch: make(chan []byte, extractQueue), done: make(chan struct{})}
+	go func() {
+		defer func() { <-st.p.slots }()
+		e.run(ctx)
+	}()
+	return e
+}
+
+// looksLikeLayer reports whether a blob starting with head may be a layer: gzip or zstd, or a tar.
+func looksLikeLayer(head []byte) bool {
+	switch compression.DetectCompression(head) {
+	case compression.Gzip, compression.Zstd:
+		return true
+	}
+	return len(head) >= 263 && bytes.Equal(head[257:262], []byte("ustar"))
+}
+
+// finish records e as the extraction of the blob dgst, once the blob is committed.
+func (st *stager) finish(dgst digest.Digest, e *extraction) {
+	e.close()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		go func() { <-e.done; _ = os.RemoveAll(e.dir) }()
+		return
+	}
+	if old, ok := st.layers[dgst]; ok {
+		// The same blob twice in one archive: one staged copy is enough.
+		go func() { <-old.done; _ = os.RemoveAll(old.dir) }()
+	}
+	st.layers[dgst] = e
+}
+
+// take waits for the extraction of blob dgst and hands its directory over, or returns false when
+// there is none or it failed.
+func (st *stager) take(dgst digest.Digest) (dir string, diffID digest.Digest, ok bool) {
+	st.mu.Lock()
+	e := st.layers[dgst]
+	delete(st.layers, dgst)
+	st.mu.Unlock()
+	if e == nil {
+		return "", "", false
+	}
+	<-e.done
+	if e.err != nil {
+		_ = os.RemoveAll(e.dir)
+		return "", "", false
+	}
+	return e.dir, e.diffID, true
+}
+
+// extraction extracts one blob, fed the bytes written into it.
+type extraction struct {
+	dir  string
+	ch   chan []byte
+	done chan struct{}
+
+	gaveUp atomic.Bool
+	closed bool
+
+	// Set before done is closed.
+	diffID digest.Digest
+	err    error
+}
+
+var piecePool = sync.Pool{New: func() any { return make([]byte, 0, copyBuffer) }}
+
+// feed hands a copy of p to the extraction; it returns at once once the extraction gave up.
+func (e *extraction) feed(p []byte) {
+	if e.gaveUp.Load() || len(p) == 0 {
+		return
+	}
+	b := piecePool.Get().([]byte)
+	if cap(b) < len(p) {
+		b = make([]byte, 0, len(p))
+	}
+	e.ch <- append(b[:0], p...)
+}
+
+// close ends the blob's bytes.
+func (e *extraction) close() {
+	if !e.closed {
+		e.closed = true
+		close(e.ch)
+	}
+}
+
+// abort ends the extraction of a blob that was not committed and removes what it wrote.
+func (e *extraction) abort() {
+	e.gaveUp.Store(true)
+	e.close()
+	go func() { <-e.done; _ = os.RemoveAll(e.dir) }()
+}
+
+func (e *extraction) run(ctx context.Context) {
+	defer close(e.done)
+	r := &pieceReader{ch: e.ch}
+	defer func() {
+		// The writer never waits for an extraction that ended.
+		e.gaveUp.Store(true)
+		r.drain()
+	}()
+	e.diffID, e.err = extract(ctx, e.dir, bufio.NewReaderSize(r, 64<<10))
+}
+
+// extract applies the layer read from r to dir as containerd's overlay applier does and returns
+// the digest of its uncompressed bytes.
+func extract(ctx context.Context, dir string, r io.Reader) (digest.Digest, error) {
+	dr, err := compression.DecompressStream(r)
+	if err != nil {
+		return "", err
+	}
+	defer dr.Close()
+	h := sha256.New()
+	tee := io.TeeReader(dr, h)
+	if _, err := archive.Apply(ctx, dir, tee, archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)); err != nil {
+		return "", err
+	}
+	// What follows the tar's end counts for the diff ID.
+	if _, err := io.Copy(h, dr); err != nil {
+		return "", err
+	}
+	return digest.NewDigest(digest.SHA256, h), nil
+}
+
+// pieceReader reads the pieces of a channel as one stream.
+type pieceReader struct {
+	ch  chan []byte
+	cur []byte
+	buf []byte
+}
+
+func (r *pieceReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.buf != nil {
+			piecePool.Put(r.buf[:0]) //nolint:staticcheck // a slice header per piece is fine
+			r.buf = nil
+		}
+		b, ok := <-r.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		r.buf, r.cur = b, b
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+func (r *pieceReader) drain() {
+	for b := range r.ch {
+		piecePool.Put(b[:0]) //nolint:staticcheck // as above
+	}
+}
+
+// onePassResult counts the layers of an import by who unpacked them.
+type onePassResult struct {
+	staged, containerd, present int
+}
+
+// commitStaged unpacks img's layers for this host from the stager, in order, and stops at the
+// first it cannot: containerd unpacks the rest. It returns whether the whole image is unpacked.
+func (s *Store) commitStaged(ctx context.Context, st *stager, img images.Image, res *onePassResult) bool {
+	done, err := s.commitStagedLayers(ctx, st, img, res)
+	if err != nil {
+		s.log.Warn("one-pass unpack failed, containerd unpacks the image", "image", img.Name, "err", err)
+	}
+	return done
+}
+
+func (s *Store) commitStagedLayers(ctx context.Context, st *stager, img images.Image, res *onePassResult) (bool, error) {
+	cs := s.client.ContentStore()
+	m, err := images.Manifest(ctx, cs, img.Target, platforms.Default())
+	if errdefs.IsNotFound(err) {
+		return true, nil // not for this host: not unpacked
+	}
+	if err != nil {
+		return false, nil //nolint:nilerr // containerd's unpack says what is wrong
+	}
+	diffIDs, err := images.RootFS(ctx, cs, m.Config)
+	if err != nil || len(diffIDs) != len(m.Layers) {
+		return false, nil //nolint:nilerr // as above
+	}
+	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
+	sn := s.client.SnapshotService(s.snapshotter)
+	for i, l := range m.Layers {
+		cid := chain[i].String()
+		if _, err := sn.Stat(ctx, cid); err == nil {
+			res.present++
+			continue
+		}
+		dir, diffID, ok := st.take(l.Digest)
+		if !ok || diffID != diffIDs[i] {
+			if ok {
+				_ = os.RemoveAll(dir)
+			}
+			return false, nil
+		}
+		parent := ""
+		if i > 0 {
+			parent = chain[i-1].String()
+		}
+		if err := s.commitLayer(ctx, sn, dir, parent, cid, diffID); err != nil {
+			_ = os.RemoveAll(dir)
+			return false, err
+		}
+		res.staged++
+		if _, err := cs.Update(ctx, content.Info{Digest: l.Digest, Labels: map[string]string{labels.LabelUncompressed: diffID.String()}},
+			"labels."+labels.LabelUncompressed); err != nil {
+			return false, fmt.Errorf("label %s: %w", l.Digest, err)
+		}
+	}
+	if len(chain) > 0 {
+		key := "containerd.io/gc.ref.snapshot." + s.snapshotter
+		if _, err := cs.Update(ctx, content.Info{Digest: m.Config.Digest, Labels: map[string]string{key: chain[len(chain)-1].String()}},
+			"labels."+key); err != nil {
+			return false, fmt.Errorf("label %s: %w", m.Config.Digest, err)
+		}
+	}
+	return true, nil
+}
+
+// commitLayer makes the staged directory dir the snapshot cid on parent, labelled as
+// containerd's unpacker labels it.
+func (s *Store) commitLayer(ctx context.Context, sn snapshots.Snapshotter, dir, parent, cid string, diffID digest.Digest) error {
+	lbl := map[string]string{snapshots.LabelSnapshotRef: cid, snapshots.LabelSnapshotDiffID: diffID.String()}
+	if parent != "" {
+		lbl["containerd.io/snapshot/parent-chain-id"] = parent
+	}
+	opt := snapshots.WithLabels(lbl)
+	key := fmt.Sprintf(snapshots.UnpackKeyFormat, randomID(), cid)
+	mounts, err := sn.Prepare(ctx, key, parent, opt)
+	if errdefs.IsAlreadyExists(err) {
+		return nil // prepared by a concurrent unpack of the same chain
+	}
+	if err != nil {
+		return fmt.Errorf("prepare snapshot %s: %w", cid, classify(err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = sn.Remove(context.WithoutCancel(ctx), key)
+		}
+	}()
+	upper, err := upperDir(mounts, s.onepass.root)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", cid, err)
+	}
+	// The snapshot's upper directory is empty: rename(2) replaces an empty directory (os.Rename
+	// refuses to).
+	if err := unix.Rename(dir, upper); err != nil {
+		return fmt.Errorf("snapshot %s: rename %s to %s: %w", cid, dir, upper, err)
+	}
+	if err := sn.Commit(ctx, cid, key, opt); err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("commit snapshot %s: %w", cid, classify(err))
+	}
+	committed = true
+	return nil
+}
+
+// upperDir is the directory a layer is extracted into for an active snapshot's mounts: the
+// upper directory of an overlay, the source of a bind mount; below root.
+func upperDir(mounts []mount.Mount, root string) (string, error) {
+	if len(mounts) != 1 {
+		return "", fmt.Errorf("%d mounts, want 1", len(mounts))
+	}
+	var dir string
+	switch m := mounts[0]; m.Type {
+	case "overlay":
+		for _, o := range m.Options {
+			if v, ok := strings.CutPrefix(o, "upperdir="); ok {
+				dir = v
+			}
+		}
+	case "bind":
+		dir = m.Source
+	}
+	if dir == "" || !strings.HasPrefix(filepath.Clean(dir), filepath.Join(root, "snapshots")+"/") {
+		return "", fmt.Errorf("mounts %v: no directory of the snapshotter to extract into", mounts)
+	}
+	return dir, nil
+}
+
+// sync writes the extracted files back to disk before any snapshot refers to them.
+func (p *onePass) sync() error {
+	f, err := os.Open(p.tmp)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", p.root, err)
+	}
+	return nil
+}
