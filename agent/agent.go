@@ -185,6 +185,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.board = NewBoard(cfg.Node, func() int { return len(deps.Gossip.Members()) })
 	if deps.Images != nil {
 		a.board.ingest = func() v1beta1.IngestPath { return ingestPath(deps.Images) }
+		a.board.unpack = func() v1beta1.UnpackPath { return unpackPath(deps.Images) }
 	}
 	a.store = cache.NewStore(deps.Directory, cache.WithLogger(a.log), cache.WithOnDamage(a.damaged))
 	settle := cfg.Settle
@@ -342,6 +343,25 @@ func (a *Agent) damaged(sha512 string, d *chunks.DamageError) {
 		s.ISO.Verified = false
 		s.Error = "the cached ISO is damaged on disk, restart the agent to fetch it again: " + d.Error()
 	})
+}
+
+// unpacker is an image store that unpacks the images it imports (preload/containerd's Store),
+// and says whether it extracts their layers in one pass.
+type unpacker interface {
+	Unpacking() bool
+	OnePass() bool
+}
+
+// unpackPath says how store unpacks images: OnePass, Containerd, or empty when it does not.
+func unpackPath(store preload.Store) v1beta1.UnpackPath {
+	u, ok := store.(unpacker)
+	switch {
+	case !ok || !u.Unpacking():
+		return ""
+	case u.OnePass():
+		return v1beta1.UnpackOnePass
+	}
+	return v1beta1.UnpackContainerd
 }
 
 // directIngester is an image store that can write blobs into its content directory itself

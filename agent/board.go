@@ -36,6 +36,9 @@ type Status struct {
 	// Ingest is how the node's image blobs are written into containerd (Direct or
 	// ContentService); empty without an image store.
 	Ingest v1beta1.IngestPath `json:"ingest,omitempty"`
+	// Unpack is how the node's images are unpacked (OnePass or Containerd); empty when they
+	// are not.
+	Unpack v1beta1.UnpackPath `json:"unpack,omitempty"`
 	// Error is the last error of the ISO's acquisition, or why the ISO failed.
 	Error string `json:"error,omitempty"`
 	// Plan is the UpgradePlan whose ISO the agent holds, when it follows the cluster's plans.
@@ -66,6 +69,8 @@ type Board struct {
 	members func() int
 	// ingest says how image blobs are written into the node's containerd now; nil: no image store.
 	ingest func() v1beta1.IngestPath
+	// unpack says how images are unpacked now; nil: no image store.
+	unpack func() v1beta1.UnpackPath
 	// changed receives a token after every change (buffer of one): the report loop's wake-up.
 	changed chan struct{}
 
@@ -119,6 +124,9 @@ func (b *Board) Snapshot() Status {
 	}
 	if b.ingest != nil {
 		s.Ingest = b.ingest()
+	}
+	if b.unpack != nil {
+		s.Unpack = b.unpack()
 	}
 	if p != nil {
 		st := p.Status()
@@ -260,7 +268,7 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 		st.Preload = v1beta1.RepoNodePreload{
 			State: v1beta1.PreloadState(p.State), Reason: p.Reason, Message: p.Message,
 			ImagesDone: int64(p.ImagesPresent), ImagesTotal: int64(p.ImagesTotal),
-			BytesDone: p.BytesRead, BytesTotal: p.BytesTotal, Ingest: s.Ingest,
+			BytesDone: p.BytesRead, BytesTotal: p.BytesTotal, Ingest: s.Ingest, Unpack: s.Unpack,
 		}
 		switch st.Preload.State {
 		case v1beta1.PreloadRunning, v1beta1.PreloadDone, v1beta1.PreloadFailed:

@@ -17,8 +17,8 @@ type boardCollector struct {
 
 	ready, isoState, isoSize, isoHeld, originFailing              *prometheus.Desc
 	preloadState, preloadSize, preloadRead, images, imagesPresent *prometheus.Desc
-	// directIngest is sent only with an image store.
-	directIngest *prometheus.Desc
+	// directIngest is sent only with an image store, onePass only with one that unpacks.
+	directIngest, onePass *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*boardCollector)(nil)
@@ -48,13 +48,14 @@ func newBoardCollector(b *Board) *boardCollector {
 		images:        d("preload_images", "Images the release lists."),
 		imagesPresent: d("preload_images_present", "Images the release lists that are present in the node's image store."),
 		directIngest:  d("preload_direct_ingest", "1 while the agent writes image blobs into containerd's content directory itself, 0 while they go through containerd's content service."),
+		onePass:       d("preload_one_pass_unpack", "1 while the agent extracts image layers while it writes them, 0 while containerd unpacks them after each import; absent when the agent does not unpack."),
 	}
 }
 
 // Describe sends the descriptors of every metric the collector sends.
 func (c *boardCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ready, c.isoState, c.isoSize, c.isoHeld, c.originFailing,
-		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent, c.directIngest} {
+		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent, c.directIngest, c.onePass} {
 		ch <- d
 	}
 }
@@ -82,6 +83,9 @@ func (c *boardCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.imagesPresent, float64(rn.Preload.ImagesDone))
 	if s.Ingest != "" {
 		gauge(c.directIngest, bit(s.Ingest == v1beta1.IngestDirect))
+	}
+	if s.Unpack != "" {
+		gauge(c.onePass, bit(s.Unpack == v1beta1.UnpackOnePass))
 	}
 }
 

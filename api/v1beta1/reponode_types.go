@@ -93,6 +93,12 @@ type RepoNodePreload struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Direct;ContentService
 	Ingest IngestPath `json:"ingest,omitempty"`
+	// Unpack is how the agent unpacks the images into the node's snapshotter: OnePass, each layer
+	// extracted while its blob is written (the chart mounts the snapshotter's directory), or
+	// Containerd, by containerd after each archive is imported. Empty when it does not unpack.
+	// +optional
+	// +kubebuilder:validation:Enum=OnePass;Containerd
+	Unpack UnpackPath `json:"unpack,omitempty"`
 	// RestoredTotal is how many times, while the node held the ISO, an image of the release went
 	// missing from the node's containerd (the kubelet's image garbage collection, a manual
 	// removal) and was imported again.
@@ -114,6 +120,19 @@ const (
 	IngestDirect IngestPath = "Direct"
 	// IngestContentService: every byte goes through containerd's content service.
 	IngestContentService IngestPath = "ContentService"
+)
+
+// UnpackPath is how an agent unpacks the images it preloads into its node's snapshotter.
+type UnpackPath string
+
+// The ways an agent unpacks images.
+const (
+	// UnpackOnePass: the agent extracts each layer while it writes its blob, from the same
+	// bytes, and commits the snapshots as containerd's unpacker does.
+	UnpackOnePass UnpackPath = "OnePass"
+	// UnpackContainerd: containerd unpacks the images once each archive is imported, reading
+	// the layers back from its content store.
+	UnpackContainerd UnpackPath = "Containerd"
 )
 
 // RepoNodeRestore is one image of the release that went missing from the node and was put back.

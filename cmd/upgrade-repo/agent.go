@@ -46,7 +46,7 @@ type agentConfig struct {
 	agent.Config
 	listen, advertise, gossipListen, gossipAdvertise, join, sock, keyFile, kubeconfig string
 	snapshotter, mirrorListen                                                         string
-	report, unpack, direct                                                            bool
+	report, unpack, direct, onePass                                                   bool
 	// kube is the cluster to report to, with report.
 	kube client.WithWatch
 }
@@ -71,6 +71,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.sock, "containerd-sock", "", "containerd's socket; when set, the release's images are preloaded")
 	fset.BoolVar(&c.unpack, "unpack", true, "also unpack the preloaded images into --snapshotter, so that their first container starts without unpacking")
 	fset.StringVar(&c.snapshotter, "snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
+	fset.BoolVar(&c.onePass, "one-pass", true, "with --unpack and direct ingest, extract each layer while its blob is written when containerd's snapshotter directory is reachable (else containerd unpacks after each archive)")
 	fset.BoolVar(&c.direct, "direct-ingest", true, "write blobs straight into containerd's content directory when it is reachable from this process (else through containerd's content service)")
 	fset.StringVar(&c.mirrorListen, "mirror-listen", "", "the address of the release image registry the node's containerd uses as a mirror (needs --containerd-sock; empty: off)")
 	fset.StringVar(&c.keyFile, "gossip-key-file", "", "a file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64)")
@@ -149,7 +150,7 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 	deps := agent.Deps{Log: a.log, Seeds: strings.FieldsFunc(c.join, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
 	var images *containerd.Store
 	if c.sock != "" {
-		copts := []containerd.Option{containerd.WithLogger(a.log), containerd.WithDirectIngest(c.direct)}
+		copts := []containerd.Option{containerd.WithLogger(a.log), containerd.WithDirectIngest(c.direct), containerd.WithOnePass(c.onePass)}
 		if c.unpack {
 			copts = append(copts, containerd.WithUnpack(c.snapshotter))
 		}

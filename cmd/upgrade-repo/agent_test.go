@@ -302,6 +302,8 @@ func TestAgentPreloadsWhenAllowed(t *testing.T) {
 	c := testAgentConfig(t, "n1", kube)
 	// As root beside the daemon, the agent reaches its content directory: blobs go there directly.
 	c.ISOFile, c.ISOChecksum, c.sock, c.direct = isoPath, sum.String(), d.Socket, true
+	// It sees the snapshotter's directory too: layers are extracted while they are written.
+	c.unpack, c.snapshotter, c.onePass = true, "overlayfs", true
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
@@ -334,10 +336,12 @@ func TestAgentPreloadsWhenAllowed(t *testing.T) {
 	require.Equal(t, st.Preload.ImagesTotal, st.Preload.ImagesDone)
 	require.Positive(t, st.Preload.BytesDone)
 	require.Equal(t, v1beta1.IngestDirect, st.Preload.Ingest, "the path the blobs took")
+	require.Equal(t, v1beta1.UnpackOnePass, st.Preload.Unpack, "how the layers were unpacked")
 	require.Equal(t, v1beta1.PhaseImagePreloaded, decide(plan, "n1", st))
 	status, metrics, _ := get(t, "http://"+c.listen+"/metrics")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, string(metrics), "\nupgrade_repo_agent_preload_direct_ingest 1\n")
+	require.Contains(t, string(metrics), "\nupgrade_repo_agent_preload_one_pass_unpack 1\n")
 
 	missing, err = cs.Missing(t.Context(), refs)
 	require.NoError(t, err)

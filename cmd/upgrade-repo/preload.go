@@ -47,6 +47,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	copyDir := fset.String("copy-to", "", "also place the archives in this directory (RKE2: /var/lib/rancher/rke2/agent/images)")
 	unpack := fset.Bool("unpack", true, "also unpack the images into --snapshotter, so that their first container starts without unpacking")
 	snapshotter := fset.String("snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
+	onePass := fset.Bool("one-pass", true, "with --unpack and direct ingest, extract each layer while its blob is written when containerd's snapshotter directory is reachable (else containerd unpacks after each archive)")
 	direct := fset.Bool("direct-ingest", true, "write blobs straight into containerd's content directory when it is reachable from this process (else through containerd's content service)")
 	maxRate := fset.Int64("max-bytes-per-second", 0, "cap on the uncompressed bytes imported per second, all archives together (0: none)")
 	nice := fset.Int("nice", 0, "lower the CPU priority to this nice value (1-19) and the I/O priority to best-effort's lowest level; 0 leaves both")
@@ -106,7 +107,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	if percent, ok := preloadGCPercent(os.Getenv); ok {
 		defer debug.SetGCPercent(debug.SetGCPercent(percent))
 	}
-	copts := []containerd.Option{containerd.WithNamespace(*ns), containerd.WithLogger(a.log), containerd.WithDirectIngest(*direct)}
+	copts := []containerd.Option{containerd.WithNamespace(*ns), containerd.WithLogger(a.log), containerd.WithDirectIngest(*direct), containerd.WithOnePass(*onePass)}
 	if *unpack {
 		copts = append(copts, containerd.WithUnpack(*snapshotter))
 	}

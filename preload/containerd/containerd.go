@@ -172,6 +172,9 @@ func (s *Store) findContentDir(ctx context.Context) *directIngest {
 // contentPluginType is the plugin type of containerd's content store.
 const contentPluginType = "io.containerd.content.v1"
 
+// Unpacking reports whether imports unpack the images.
+func (s *Store) Unpacking() bool { return s.snapshotter != "" }
+
 // OnePass reports whether imports that unpack extract layers while they write them.
 func (s *Store) OnePass() bool { return s.onepass != nil && s.DirectIngest() }
 
