@@ -250,6 +250,8 @@ func TestUpgrade(t *testing.T) {
 				require.Equal(t, p.ImagesTotal, p.ImagesDone, "RepoNode %s: images preloaded", n.Name)
 				// The chart mounts containerd's content directory (agent.containerdContentDir).
 				require.Equal(t, apiv1beta1.IngestDirect, p.Ingest, "RepoNode %s: how the blobs reached containerd", n.Name)
+				// And its overlayfs snapshotter's (agent.containerdSnapshotterDir).
+				require.Equal(t, apiv1beta1.UnpackOnePass, p.Unpack, "RepoNode %s: how the layers were unpacked", n.Name)
 				requireImages(t, n.Name, refs)
 				ns := plan.Status.NodeUpgradeStatuses[n.Name]
 				require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "plan's state of node %s: %s", n.Name, ns.Message)

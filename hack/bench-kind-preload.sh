@@ -13,8 +13,10 @@
 #
 # Sides, each run inside the node (`docker exec`) and timed there from start to end:
 #   preload:          upgrade-repo preload --iso ISO, with the agent's defaults: --unpack into
-#                     overlayfs and direct ingest into containerd's content directory; the ingest
-#                     path it took is read from its log (UPGRADE_REPO_LOG_LEVEL=debug);
+#                     overlayfs in one pass and direct ingest into containerd's content directory;
+#                     the paths it took are read from its log (UPGRADE_REPO_LOG_LEVEL=debug);
+#   preload-containerd: the same with --one-pass=false: containerd unpacks after the import, what
+#                     the chart's agent did without agent.containerdSnapshotterDir;
 #   preload-service:  the same with --direct-ingest=false: every blob through containerd's content
 #                     service, what the chart's agent did without agent.containerdContentDir;
 #   ctr:              zstdcat ARCHIVE | ctr -n k8s.io images import - (archive after archive; ctr
@@ -55,6 +57,7 @@ export PATH=$K8S_WORK/bin:$PATH
 # D is the bench's directory in the node, on the disk containerd writes to.
 D=/var/tmp/bench-kind-preload
 CONTENT=/var/lib/containerd/io.containerd.content.v1.content
+STAGE=/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/upgrade-repo.unpack
 TIMEFMT='%M %U %S'
 
 for tool in docker kind jq bc zstd /usr/bin/time; do
@@ -239,6 +242,9 @@ remove() {
   if node test -d "$CONTENT/upgrade-repo.ingest" && [ -n "$(node ls -A "$CONTENT/upgrade-repo.ingest")" ]; then
     echo "bench-kind-preload: $1: files left in $CONTENT/upgrade-repo.ingest" >&2; exit 1
   fi
+  if node test -d "$STAGE" && [ -n "$(node ls -A "$STAGE")" ]; then
+    echo "bench-kind-preload: $1: layers left staged in $STAGE" >&2; exit 1
+  fi
   # What the removal left dirty is written now, not during the next run.
   node sync
 }
@@ -267,6 +273,8 @@ run_preload() {
   if grep -q 'direct ingest off' "$work/$side.log"; then ingest=content-service-fallback
   elif grep -q 'direct ingest on' "$work/$side.log"; then ingest=direct
   else ingest=content-service; fi
+  # And "one-pass unpack on" when layers were extracted while written.
+  if grep -q 'one-pass unpack on' "$work/$side.log"; then ingest=$ingest+one-pass; fi
   read -r rss u s <<<"$(node tail -1 "$D/preload.time")"
   res=$(check "$side" "$unpack")
   echo "$t $(awk -v a="$u" -v b="$s" 'BEGIN { printf "%.2f", a + b }') $(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }') $rss $res $ingest" >>"$work/$side"
@@ -315,7 +323,7 @@ run_floor() {
   echo "$t 0 0 0 0 0 0 -" >>"$work/floor"
 }
 
-sides=(preload preload-service ctr floor)
+sides=(preload preload-containerd preload-service ctr floor)
 [ "$NOUNPACK" = 1 ] && sides+=(preload-nounpack preload-service-nounpack ctr-nounpack)
 # Every side reads the ISO and the archives from the page cache.
 node sh -c "cat $D/release.iso ${NODE_ARCHIVES[*]} >/dev/null"
@@ -326,6 +334,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "bench-kind-preload: round $round of $ROUNDS: $side" >&2
     case $side in
     preload) run_preload "$side" 1 ;;
+    preload-containerd) run_preload "$side" 1 --one-pass=false ;;
     preload-service) run_preload "$side" 1 --direct-ingest=false ;;
     preload-nounpack) run_preload "$side" 0 --unpack=false ;;
     preload-service-nounpack) run_preload "$side" 0 --unpack=false --direct-ingest=false ;;
@@ -374,7 +383,9 @@ echo "  direct ingest: ${direct}s, through the content service: ${service}s ($(r
 if [ "$NOUNPACK" = 1 ]; then
   direct_nu=$(best 1 preload-nounpack); service_nu=$(best 1 preload-service-nounpack)
   echo "  --unpack=false: direct ingest ${direct_nu}s, through the content service ${service_nu}s ($(ratio "$service_nu" "$direct_nu")x)"
-  lines+=("preload_service_nounpack_over_direct=$(ratio "$service_nu" "$direct_nu")")
+  echo "  unpacking in one pass: $(ratio "$direct" "$direct_nu")x --unpack=false; containerd unpacking: $(ratio "$(best 1 preload-containerd)" "$direct_nu")x"
+  lines+=("preload_service_nounpack_over_direct=$(ratio "$service_nu" "$direct_nu")"
+    "preload_over_nounpack=$(ratio "$direct" "$direct_nu")" "preload_containerd_over_nounpack=$(ratio "$(best 1 preload-containerd)" "$direct_nu")")
 fi
 if [ "$(best 9 preload)" != direct ]; then echo "  note: the default preload took the $(best 9 preload) path, not direct ingest" >&2; fi
 echo

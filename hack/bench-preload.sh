@@ -18,7 +18,10 @@
 #
 # On the node release it also measures, per round, the upgrade's whole image cost both ways:
 # preload --unpack=false then the first container of every image (ctr containers create, which
-# unpacks into overlayfs), and preload --unpack then the same creates; and once, the throttle:
+# unpacks into overlayfs), and preload --unpack (one pass: layers extracted while written) then
+# the same creates; beside them preload --unpack --one-pass=false (containerd unpacks after each
+# archive) and the pipeline with unpack (`zstdcat | ctr images import -`); and once, the throttle
+# (BENCH_THROTTLE_MB=0 skips it):
 # preload with --max-bytes-per-second BENCH_THROTTLE_MB MiB/s and --nice 19 beside a CPU-bound
 # workload (sha256sum of BENCH_WORK_MB MiB on every core), against the workload alone and beside an unthrottled
 # preload. Ends with name=value lines.
@@ -152,6 +155,19 @@ run_pipeline() {
   echo "$(elapsed "$t0" "$t1") $rss $cpu $(bench_images)" >>"$work/$1.pipeline"
   stop_containerd
 }
+# run_pipeline_unpack SCENARIO ROUND: as run_pipeline with ctr's unpack (its default), to
+# .pipeunpack.
+run_pipeline_unpack() {
+  local t0 t1 a
+  start_containerd "$1-pipeunpack-$2"
+  t0=$(now)
+  for a in $(archives_of "$1"); do
+    zstdcat "$a" | ctr -a "$sock" -n k8s.io images import --snapshotter overlayfs - >"$work/ctr.out"
+  done
+  t1=$(now)
+  echo "$(elapsed "$t0" "$t1") 0 0 $(bench_images)" >>"$work/$1.pipeunpack"
+  stop_containerd
+}
 # run_floor SCENARIO: "seconds" to .floor: every archive decoded to a file on the disk
 # containerd writes to, then synced.
 run_floor() {
@@ -235,7 +251,7 @@ for s in "${scenarios[@]}"; do
   for round in $(seq 1 "$ROUNDS"); do
     echo "bench-preload: $s: round $round of $ROUNDS" >&2
     sides=(pipeline floor plain)
-    [ "$s" = node ] && sides+=(nounpack unpack)
+    [ "$s" = node ] && sides+=(nounpack unpack ctrunpack pipeunpack)
     [ $((round % 2)) -eq 0 ] && sides=($(printf '%s\n' "${sides[@]}" | tac))
     for side in "${sides[@]}"; do
       case $side in
@@ -244,10 +260,12 @@ for s in "${scenarios[@]}"; do
       plain) run_preload "$s" "$round" plain --unpack=false ;;
       nounpack) run_preload "$s" "$round" nounpack --unpack=false ;;
       unpack) run_preload "$s" "$round" unpack --unpack ;;
+      ctrunpack) run_preload "$s" "$round" ctrunpack --unpack --one-pass=false ;;
+      pipeunpack) run_pipeline_unpack "$s" "$round" ;;
       esac
     done
   done
-  if [ "$s" = node ]; then
+  if [ "$s" = node ] && [ "$THROTTLE_MB" -gt 0 ]; then
     echo "bench-preload: $s: throttle" >&2
     workload >"$work/alone"
     run_beside "$s" beside
@@ -265,7 +283,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "bench-preload: runs (seconds peak-RSS-KiB cpu-seconds images [first-start-seconds]):" >&2
 lines=()
 for s in "${scenarios[@]}"; do
-  for k in pipeline floor plain nounpack unpack beside throttled; do
+  for k in pipeline floor plain nounpack unpack ctrunpack pipeunpack beside throttled; do
     [ -f "$work/$s.$k" ] && sed "s/^/  $s $k /" "$work/$s.$k" >&2
   done
   bytes=$(cat $(archives_of "$s") | wc -c)
@@ -277,7 +295,7 @@ for s in "${scenarios[@]}"; do
   u_cold=$(best 1 "$work/$s.plain"); u_cpu=$(best 3 "$work/$s.plain"); u_rss=$(maxcol 2 "$work/$s.plain"); u_img=$(best 4 "$work/$s.plain")
   floor=$(best 1 "$work/$s.floor")
   warm=$(best 1 "$work/$s.warm"); warm_rss=$(maxcol 2 "$work/$s.warm")
-  for k in pipeline plain nounpack unpack; do
+  for k in pipeline plain nounpack unpack ctrunpack pipeunpack; do
     [ -f "$work/$s.$k" ] || continue
     if awk -v want="$listed" '$4 != want {bad = 1} END {exit !bad}' "$work/$s.$k"; then
       echo "bench-preload: $s: a $k run did not import all $listed images" >&2; exit 1
@@ -305,14 +323,22 @@ EOF2
     n_pre=$(best 1 "$work/$s.nounpack"); n_start=$(sort -n -k5,5 "$work/$s.nounpack" | head -1 | awk '{print $5}'); n_sum=$(bestsum 1 5 "$work/$s.nounpack")
     w_pre=$(best 1 "$work/$s.unpack"); w_start=$(sort -n -k5,5 "$work/$s.unpack" | head -1 | awk '{print $5}'); w_sum=$(bestsum 1 5 "$work/$s.unpack")
     w_rss=$(maxcol 2 "$work/$s.unpack")
+    c_pre=$(best 1 "$work/$s.ctrunpack"); c_start=$(sort -n -k5,5 "$work/$s.ctrunpack" | head -1 | awk '{print $5}')
+    pu=$(best 1 "$work/$s.pipeunpack")
     cat <<EOF2
   unpack: preload --unpack=false ${n_pre}s + first start of every image ${n_start}s = ${n_sum}s (best sum)
           preload --unpack       ${w_pre}s + first start of every image ${w_start}s = ${w_sum}s (best sum), peak RSS $((w_rss / 1024)) MiB
+          preload --unpack (one pass) over --unpack=false: $(ratio "$w_pre" "$n_pre")x
+          preload --unpack --one-pass=false (containerd unpacks) ${c_pre}s ($(ratio "$c_pre" "$n_pre")x --unpack=false), first start ${c_start}s
+          zstdcat | ctr images import (unpacks) ${pu}s; preload --unpack $(ratio "$w_pre" "$pu")x that
 EOF2
     lines+=(
       "${s}_nounpack_preload_seconds=$n_pre" "${s}_nounpack_first_start_seconds=$n_start" "${s}_nounpack_total_seconds=$n_sum"
       "${s}_unpack_preload_seconds=$w_pre" "${s}_unpack_first_start_seconds=$w_start" "${s}_unpack_total_seconds=$w_sum"
       "${s}_unpack_peak_rss_bytes=$((w_rss * 1024))"
+      "${s}_unpack_over_nounpack=$(ratio "$w_pre" "$n_pre")"
+      "${s}_containerd_unpack_preload_seconds=$c_pre" "${s}_containerd_unpack_over_nounpack=$(ratio "$c_pre" "$n_pre")"
+      "${s}_pipeline_unpack_seconds=$pu" "${s}_unpack_over_pipeline_unpack=$(ratio "$w_pre" "$pu")"
     )
   fi
   if [ -f "$work/$s.throttled" ]; then

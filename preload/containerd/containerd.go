@@ -417,11 +417,15 @@ func (s *Store) unpackAll(ctx context.Context, st *stager, imgs []images.Image) 
 		return nil
 	}
 	var res onePassResult
+	start := time.Now()
+	var waited, synced time.Duration
 	if st != nil {
 		st.wait()
+		waited = time.Since(start)
 		if err := s.onepass.sync(); err != nil {
 			return fmt.Errorf("unpack: %w", err)
 		}
+		synced = time.Since(start) - waited
 	}
 	for _, img := range imgs {
 		done := false
@@ -437,7 +441,8 @@ func (s *Store) unpackAll(ctx context.Context, st *stager, imgs []images.Image) 
 	}
 	s.onePassLayers.Add(int64(res.staged))
 	s.containerdUnpacks.Add(int64(res.containerd))
-	s.log.Debug("unpacked", "layers in one pass", res.staged, "layers present", res.present, "images unpacked by containerd", res.containerd)
+	s.log.Debug("unpacked", "layers in one pass", res.staged, "layers present", res.present, "images unpacked by containerd", res.containerd,
+		"extraction wait", waited, "sync", synced, "total", time.Since(start))
 	return nil
 }
 

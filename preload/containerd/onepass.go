@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
@@ -165,6 +166,9 @@ type stager struct {
 	dir  string   // this import's directory below p.tmp
 	lock *os.File // dir, locked while the import runs
 	n    atomic.Int64
+	// running counts the extractions under way; stop ends flush, which closes flushed.
+	running       atomic.Int64
+	stop, flushed chan struct{}
 
 	mu     sync.Mutex
 	layers map[digest.Digest]*extraction
@@ -188,7 +192,30 @@ func (p *onePass) newStager() (*stager, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("one-pass unpack: lock %s: %w", dir, err)
 	}
-	return &stager{p: p, dir: dir, lock: f, layers: map[digest.Digest]*extraction{}}, nil
+	st := &stager{p: p, dir: dir, lock: f, layers: map[digest.Digest]*extraction{}, stop: make(chan struct{}), flushed: make(chan struct{})}
+	go st.flush()
+	return st, nil
+}
+
+// flushEvery is how often the files extractions write are written back while they run.
+const flushEvery = 250 * time.Millisecond
+
+// flush writes back, while extractions run, what they wrote, so that the sync before the
+// snapshots are committed finds little left and the disk works while the archive is read.
+func (st *stager) flush() {
+	defer close(st.flushed)
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-st.stop:
+			return
+		case <-t.C:
+			if st.running.Load() > 0 {
+				_ = unix.Syncfs(int(st.lock.Fd()))
+			}
+		}
+	}
 }
 
 // wait waits until every extraction that was handed a committed blob ended.
@@ -206,6 +233,8 @@ func (st *stager) wait() {
 
 // remove waits for every extraction and removes all that was staged and not taken.
 func (st *stager) remove() {
+	close(st.stop)
+	<-st.flushed
 	st.mu.Lock()
 	st.closed = true
 	ls := st.layers
@@ -237,8 +266,10 @@ func (st *stager) begin(ctx context.Context, head []byte) *extraction {
 	// The snapshot's directory has the mode containerd gives it, whatever the umask.
 	_ = os.Chmod(dir, 0o755)
 	e := &extraction{dir: dir, ch: make(chan []byte, extractQueue), done: make(chan struct{})}
+	st.running.Add(1)
 	go func() {
 		defer func() { <-st.p.slots }()
+		defer st.running.Add(-1)
 		e.run(ctx)
 	}()
 	return e
@@ -258,6 +289,7 @@ func (st *stager) finish(dgst digest.Digest, e *extraction) {
 	e.close()
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	e.blob = dgst
 	if st.closed {
 		go func() { <-e.done; _ = os.RemoveAll(e.dir) }()
 		return
@@ -284,6 +316,10 @@ func (st *stager) take(dgst digest.Digest) (dir string, diffID digest.Digest, ok
 		_ = os.RemoveAll(e.dir)
 		return "", "", false
 	}
+	if e.diffID == "" {
+		// An uncompressed layer: its diff ID is its digest, hashed as it was written.
+		return e.dir, e.blob, true
+	}
 	return e.dir, e.diffID, true
 }
 
@@ -295,8 +331,10 @@ type extraction struct {
 
 	gaveUp atomic.Bool
 	closed bool
+	// blob is the blob's digest, set when it is committed (under the stager's lock).
+	blob digest.Digest
 
-	// Set before done is closed.
+	// Set before done is closed. diffID is empty for an uncompressed layer.
 	diffID digest.Digest
 	err    error
 }
@@ -342,16 +380,25 @@ func (e *extraction) run(ctx context.Context) {
 }
 
 // extract applies the layer read from r to dir as containerd's overlay applier does and returns
-// the digest of its uncompressed bytes.
+// the digest of its uncompressed bytes; empty when they are r's own (the blob's digest, which the
+// writer computes).
 func extract(ctx context.Context, dir string, r io.Reader) (digest.Digest, error) {
 	dr, err := compression.DecompressStream(r)
 	if err != nil {
 		return "", err
 	}
 	defer dr.Close()
+	opt := archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)
+	if dr.GetCompression() == compression.Uncompressed {
+		if _, err := archive.Apply(ctx, dir, dr, opt); err != nil {
+			return "", err
+		}
+		_, err := io.Copy(io.Discard, dr)
+		return "", err
+	}
 	h := sha256.New()
 	tee := io.TeeReader(dr, h)
-	if _, err := archive.Apply(ctx, dir, tee, archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)); err != nil {
+	if _, err := archive.Apply(ctx, dir, tee, opt); err != nil {
 		return "", err
 	}
 	// What follows the tar's end counts for the diff ID.
