@@ -164,16 +164,29 @@ type fileWriter struct {
 var _ content.Writer = (*fileWriter)(nil)
 
 // Write implements io.Writer.
-func (w *fileWriter) Write(p []byte) (int, error) {
+func (w *fileWriter) Write(p []byte) (int, error) { return w.write(p, nil) }
+
+// write writes p; with release, p is the writer's own, handed to the blob's extraction (if any)
+// as it is and given back through release once read, else copied for the extraction.
+func (w *fileWriter) write(p []byte, release func()) (int, error) {
 	n, err := w.f.Write(p)
 	w.h.Write(p[:n])
+	handed := false
 	if w.c.st != nil {
 		if w.off == 0 && w.ext == nil {
 			w.ext = w.c.st.begin(w.ctx, p[:n])
 		}
 		if w.ext != nil {
-			w.ext.feed(p[:n])
+			if release != nil {
+				w.ext.give(p[:n], release)
+				handed = true
+			} else {
+				w.ext.feed(p[:n])
+			}
 		}
+	}
+	if release != nil && !handed {
+		release()
 	}
 	w.off += int64(n)
 	w.updated = time.Now()
@@ -202,9 +215,15 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 		b   []byte
 		err error
 	}
-	free := make(chan []byte, 2)
+	// With an extraction, pieces stay with it while it reads them: more buffers keep the
+	// reader going.
+	nbuf := 2
+	if w.c.st != nil {
+		nbuf += extractQueue
+	}
+	free := make(chan []byte, nbuf)
 	full := make(chan chunk, 2)
-	for range 2 {
+	for range nbuf {
 		free <- make([]byte, copyBuffer)
 	}
 	stop, exited := make(chan struct{}), make(chan struct{})
@@ -235,12 +254,16 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 	}()
 	var total int64
 	for c := range full {
+		b := c.b[:cap(c.b)]
+		release := func() { free <- b }
 		if len(c.b) > 0 {
-			n, err := w.Write(c.b)
+			n, err := w.write(c.b, release)
 			total += int64(n)
 			if err != nil {
 				return total, err
 			}
+		} else {
+			release()
 		}
 		if errors.Is(c.err, io.EOF) {
 			return total, nil
@@ -248,7 +271,6 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 		if c.err != nil {
 			return total, c.err
 		}
-		free <- c.b[:cap(c.b)]
 	}
 	return total, nil
 }

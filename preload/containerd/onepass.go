@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -265,7 +264,7 @@ func (st *stager) begin(ctx context.Context, head []byte) *extraction {
 	}
 	// The snapshot's directory has the mode containerd gives it, whatever the umask.
 	_ = os.Chmod(dir, 0o755)
-	e := &extraction{dir: dir, ch: make(chan []byte, extractQueue), done: make(chan struct{})}
+	e := &extraction{dir: dir, ch: make(chan piece, extractQueue), done: make(chan struct{}), compressed: compression.DetectCompression(head) != compression.Uncompressed}
 	st.running.Add(1)
 	go func() {
 		defer func() { <-st.p.slots }()
@@ -325,9 +324,10 @@ func (st *stager) take(dgst digest.Digest) (dir string, diffID digest.Digest, ok
 
 // extraction extracts one blob, fed the bytes written into it.
 type extraction struct {
-	dir  string
-	ch   chan []byte
-	done chan struct{}
+	dir        string
+	ch         chan piece
+	done       chan struct{}
+	compressed bool
 
 	gaveUp atomic.Bool
 	closed bool
@@ -337,6 +337,12 @@ type extraction struct {
 	// Set before done is closed. diffID is empty for an uncompressed layer.
 	diffID digest.Digest
 	err    error
+}
+
+// piece is written bytes handed to an extraction, and what gives them back once it read them.
+type piece struct {
+	b       []byte
+	release func()
 }
 
 var piecePool = sync.Pool{New: func() any { return make([]byte, 0, copyBuffer) }}
@@ -350,7 +356,18 @@ func (e *extraction) feed(p []byte) {
 	if cap(b) < len(p) {
 		b = make([]byte, 0, len(p))
 	}
-	e.ch <- append(b[:0], p...)
+	b = append(b[:0], p...)
+	e.ch <- piece{b: b, release: func() { piecePool.Put(b[:0]) }} //nolint:staticcheck // a slice header per piece is fine
+}
+
+// give hands p itself to the extraction, which calls release once it read it (at once when the
+// extraction gave up).
+func (e *extraction) give(p []byte, release func()) {
+	if e.gaveUp.Load() || len(p) == 0 {
+		release()
+		return
+	}
+	e.ch <- piece{b: p, release: release}
 }
 
 // close ends the blob's bytes.
@@ -376,26 +393,26 @@ func (e *extraction) run(ctx context.Context) {
 		e.gaveUp.Store(true)
 		r.drain()
 	}()
-	e.diffID, e.err = extract(ctx, e.dir, bufio.NewReaderSize(r, 64<<10))
+	e.diffID, e.err = extract(ctx, e.dir, r, e.compressed)
 }
 
 // extract applies the layer read from r to dir as containerd's overlay applier does and returns
 // the digest of its uncompressed bytes; empty when they are r's own (the blob's digest, which the
 // writer computes).
-func extract(ctx context.Context, dir string, r io.Reader) (digest.Digest, error) {
+func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (digest.Digest, error) {
+	opt := archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)
+	if !compressed {
+		if _, err := archive.Apply(ctx, dir, r, opt); err != nil {
+			return "", err
+		}
+		_, err := io.Copy(io.Discard, r)
+		return "", err
+	}
 	dr, err := compression.DecompressStream(r)
 	if err != nil {
 		return "", err
 	}
 	defer dr.Close()
-	opt := archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)
-	if dr.GetCompression() == compression.Uncompressed {
-		if _, err := archive.Apply(ctx, dir, dr, opt); err != nil {
-			return "", err
-		}
-		_, err := io.Copy(io.Discard, dr)
-		return "", err
-	}
 	h := sha256.New()
 	tee := io.TeeReader(dr, h)
 	if _, err := archive.Apply(ctx, dir, tee, opt); err != nil {
@@ -410,31 +427,36 @@ func extract(ctx context.Context, dir string, r io.Reader) (digest.Digest, error
 
 // pieceReader reads the pieces of a channel as one stream.
 type pieceReader struct {
-	ch  chan []byte
-	cur []byte
-	buf []byte
+	ch      chan piece
+	cur     []byte
+	release func()
 }
 
 func (r *pieceReader) Read(p []byte) (int, error) {
 	for len(r.cur) == 0 {
-		if r.buf != nil {
-			piecePool.Put(r.buf[:0]) //nolint:staticcheck // a slice header per piece is fine
-			r.buf = nil
+		if r.release != nil {
+			r.release()
+			r.release = nil
 		}
-		b, ok := <-r.ch
+		pc, ok := <-r.ch
 		if !ok {
 			return 0, io.EOF
 		}
-		r.buf, r.cur = b, b
+		r.cur, r.release = pc.b, pc.release
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
 	return n, nil
 }
 
+// drain gives back every piece, the one being read included.
 func (r *pieceReader) drain() {
-	for b := range r.ch {
-		piecePool.Put(b[:0]) //nolint:staticcheck // as above
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
+	for pc := range r.ch {
+		pc.release()
 	}
 }
 
