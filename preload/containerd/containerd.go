@@ -148,17 +148,16 @@ func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 // findContentDir returns direct ingest into the content directory the daemon reports, or nil,
 // logging why, when this process cannot write there.
 func (s *Store) findContentDir(ctx context.Context) *directIngest {
-	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+contentPluginType, "id==content")
+	exports, err := s.pluginExports(ctx, contentPluginType, "content")
 	if err != nil {
 		s.log.Info("direct ingest off: cannot ask containerd for its content directory", "err", err)
 		return nil
 	}
-	plugins := resp.GetPlugins()
-	if len(plugins) == 0 {
+	if exports == nil {
 		s.log.Info("direct ingest off: containerd reports no local content store")
 		return nil
 	}
-	root := plugins[0].GetExports()["root"]
+	root := exports["root"]
 	d, err := newDirectIngest(root)
 	if err != nil {
 		s.log.Info("direct ingest off: content directory out of reach", "dir", root, "err", err)
@@ -167,6 +166,24 @@ func (s *Store) findContentDir(ctx context.Context) *directIngest {
 	d.removeStale()
 	s.log.Debug("direct ingest on", "dir", root)
 	return d
+}
+
+// pluginExports returns what the daemon's plugin of type typ and id exports, nil when it has no
+// such plugin. (Filters given apart are alternatives: one filter names both.)
+func (s *Store) pluginExports(ctx context.Context, typ, id string) (map[string]string, error) {
+	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+typ+",id=="+id)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range resp.GetPlugins() {
+		if p.GetType() == typ && p.GetID() == id {
+			if e := p.GetExports(); e != nil {
+				return e, nil
+			}
+			return map[string]string{}, nil
+		}
+	}
+	return nil, nil
 }
 
 // contentPluginType is the plugin type of containerd's content store.

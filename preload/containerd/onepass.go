@@ -80,12 +80,12 @@ func (s *Store) findOnePass(ctx context.Context) *onePass {
 	if s.snapshotter != DefaultSnapshotter || s.direct == nil || !s.onePassOn {
 		return nil
 	}
-	resp, err := s.client.IntrospectionService().Plugins(s.nsctx(ctx), "type=="+snapshotPluginType, "id=="+s.snapshotter)
-	if err != nil || len(resp.GetPlugins()) == 0 {
+	exports, err := s.pluginExports(ctx, snapshotPluginType, s.snapshotter)
+	if err != nil || exports == nil {
 		s.log.Info("one-pass unpack off: cannot ask containerd for its snapshotter's directory", "snapshotter", s.snapshotter, "err", err)
 		return nil
 	}
-	root := resp.GetPlugins()[0].GetExports()["root"]
+	root := exports["root"]
 	if root == "" {
 		// containerd 1.6 does not say: its plugins' directories are siblings by default.
 		root = filepath.Join(filepath.Dir(s.direct.root), snapshotPluginType+"."+s.snapshotter)

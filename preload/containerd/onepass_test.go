@@ -281,6 +281,8 @@ func TestOnePassLeftoversOfAKilledImport(t *testing.T) {
 	d := containerdtest.Start(t)
 	s, err := New(t.Context(), d.Socket, WithUnpack(DefaultSnapshotter), WithNamespace("onepass-left"))
 	require.NoError(t, err)
+	// The directory of the snapshotter asked for, not of the first the daemon lists.
+	require.Equal(t, filepath.Join(d.Root, "io.containerd.snapshotter.v1.overlayfs"), s.onepass.root)
 	left := filepath.Join(s.onepass.tmp, "import-123", "1", "usr")
 	require.NoError(t, os.MkdirAll(left, 0o755))
 	require.NoError(t, s.Close())
