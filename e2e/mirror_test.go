@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,14 +129,37 @@ func requireMirrorPull(t *testing.T, c *cluster, version string) {
 	before := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
 	t.Logf("removed %s from %s; its agent had sent %.0f blob bytes from peers", releaseCheckImage, n.Name, before)
 
+	pod, events, err := runReleaseCheck(t, c, n.Name, "e2e-mirror-pull", corev1.PullIfNotPresent)
+	if err != nil {
+		out, _ := nodeCmd(t.Context(), n.Name, "sh", "-c", "ls -R /etc/containerd/certs.d; cat /etc/containerd/certs.d/docker.io/hosts.toml; grep -n config_path /etc/containerd/config.toml")
+		t.Logf("containerd's registry configuration on %s:\n%s", n.Name, out)
+	}
+	require.NoError(t, err, "a pod of %s on %s with the image removed; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
+	require.True(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulled") }),
+		"the kubelet pulled %s on %s; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
+	after := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+	t.Logf("pod %s ran %s on %s after a pull through its agent: %.0f blob bytes from peers; events: %s",
+		pod.Name, releaseCheckImage, n.Name, after-before, strings.Join(events, "; "))
+	// The image's one layer is the test program, megabytes of it.
+	require.Greater(t, after-before, float64(1<<20), "blob bytes the agent of %s passed on from peers", n.Name)
+	requireImages(t, n.Name, []string{releaseCheckImage})
+	require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+}
+
+// runReleaseCheck runs a pod of the release's runnable image on node with the pull policy given
+// and waits up to three minutes for it to succeed; it returns the pod, its events and, when it
+// did not succeed, why (the waiting containers' reasons logged). The pod printed its greeting
+// when err is nil.
+func runReleaseCheck(t *testing.T, c *cluster, node, name string, policy corev1.PullPolicy) (*corev1.Pod, []string, error) {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-mirror-pull", Namespace: c.namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
 		Spec: corev1.PodSpec{
-			NodeName:      n.Name,
+			NodeName:      node,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
-				Name: "release-check", Image: releaseCheckImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "release-check", Image: releaseCheckImage, ImagePullPolicy: policy,
 				SecurityContext: restricted(65534),
 			}},
 		},
@@ -165,21 +190,79 @@ func requireMirrorPull(t *testing.T, c *cluster, version string) {
 				}
 			}
 		}
-		out, _ := nodeCmd(t.Context(), n.Name, "sh", "-c", "ls -R /etc/containerd/certs.d; cat /etc/containerd/certs.d/docker.io/hosts.toml; grep -n config_path /etc/containerd/config.toml")
-		t.Logf("containerd's registry configuration on %s:\n%s", n.Name, out)
+		return pod, events, err
 	}
-	require.NoError(t, err, "a pod of %s on %s with the image removed; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
-	require.True(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulled") }),
-		"the kubelet pulled %s on %s; events:\n%s", releaseCheckImage, n.Name, strings.Join(events, "\n"))
 	logs, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		return pod, events, err
+	}
+	if !strings.Contains(string(logs), "hello from the release image") {
+		return pod, events, fmt.Errorf("pod %s printed %q", pod.Name, logs)
+	}
+	return pod, events, nil
+}
+
+// chainIDOnNode returns the chain ID of the top layer of ref's image for linux/amd64 as the node's
+// containerd holds it: the name of the snapshot a container of it starts from.
+func chainIDOnNode(t *testing.T, node, ref string) string {
+	t.Helper()
+	get := func(dgst string, v any) {
+		out, err := nodeCmd(t.Context(), node, "ctr", "-n", "k8s.io", "content", "get", dgst)
+		require.NoError(t, err, "%s: content %s", node, dgst)
+		require.NoError(t, json.Unmarshal([]byte(out), v), "%s: content %s", node, dgst)
+	}
+	out, err := nodeCmd(t.Context(), node, "ctr", "-n", "k8s.io", "images", "ls", "name=="+ref)
 	require.NoError(t, err)
-	require.Contains(t, string(logs), "hello from the release image")
-	after := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
-	t.Logf("pod %s ran %s on %s after a pull through its agent: %.0f blob bytes from peers; events: %s",
-		pod.Name, releaseCheckImage, n.Name, after-before, strings.Join(events, "; "))
-	// The image's one layer is the test program, megabytes of it.
-	require.Greater(t, after-before, float64(1<<20), "blob bytes the agent of %s passed on from peers", n.Name)
-	requireImages(t, n.Name, []string{releaseCheckImage})
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, "%s: image %s: %s", node, ref, out)
+	target := strings.Fields(lines[1])[2]
+	var m struct {
+		Manifests []struct {
+			Digest   string `json:"digest"`
+			Platform struct {
+				OS, Architecture string
+			} `json:"platform"`
+		} `json:"manifests"`
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+	}
+	get(target, &m)
+	for _, d := range m.Manifests {
+		if d.Platform.OS == "linux" && d.Platform.Architecture == "amd64" {
+			get(d.Digest, &m)
+			break
+		}
+	}
+	require.NotEmpty(t, m.Config.Digest, "%s: no config for linux/amd64 in %s", node, ref)
+	var cfg struct {
+		RootFS struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	get(m.Config.Digest, &cfg)
+	require.NotEmpty(t, cfg.RootFS.DiffIDs, "%s: %s has no layers", node, ref)
+	chain := cfg.RootFS.DiffIDs[0]
+	for _, d := range cfg.RootFS.DiffIDs[1:] {
+		sum := sha256.Sum256([]byte(chain + " " + d))
+		chain = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return chain
+}
+
+// requireRunsFromPreload runs the release's runnable image on a node whose agent preloaded it in
+// one pass, without letting the kubelet pull it: the container starts from the snapshot the
+// preload committed under the image's chain ID, which is there before the pod.
+func requireRunsFromPreload(t *testing.T, c *cluster, node string) {
+	t.Helper()
+	chain := chainIDOnNode(t, node, releaseCheckImage)
+	info, err := nodeCmd(t.Context(), node, "ctr", "-n", "k8s.io", "snapshots", "--snapshotter", "overlayfs", "info", chain)
+	require.NoError(t, err, "%s: no snapshot %s of %s before its first container: %s", node, chain, releaseCheckImage, info)
+	pod, events, err := runReleaseCheck(t, c, node, "e2e-from-preload", corev1.PullNever)
+	require.NoError(t, err, "a pod of %s on %s, never pulled; events:\n%s", releaseCheckImage, node, strings.Join(events, "\n"))
+	require.False(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulling") }),
+		"the kubelet pulled %s on %s; events:\n%s", releaseCheckImage, node, strings.Join(events, "\n"))
+	t.Logf("pod %s ran %s on %s from its preloaded snapshot; events: %s", pod.Name, releaseCheckImage, node, strings.Join(events, "; "))
 	require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 }
 

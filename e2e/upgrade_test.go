@@ -259,6 +259,9 @@ func TestUpgrade(t *testing.T) {
 		}
 	})
 
+	t.Run("a release image runs from the snapshot its one-pass preload committed", func(t *testing.T) {
+		requireRunsFromPreload(t, c, c.nodes[0].Name)
+	})
 	t.Run("a release image removed after the preload is put back from the node's ISO", w.requireImageRestored)
 	t.Run("the previous release's images nothing uses are gone from every node, those in use remain", func(t *testing.T) {
 		requirePreviousCleaned(t, c, prev, meta.Harvester)
