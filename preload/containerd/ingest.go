@@ -174,15 +174,11 @@ func (w *fileWriter) write(p []byte, release func()) (int, error) {
 	handed := false
 	if w.c.st != nil {
 		if w.off == 0 && w.ext == nil {
-			w.ext = w.c.st.begin(w.ctx, p[:n])
+			w.ext = w.c.st.begin(w.ctx, p[:n], w.f.Name())
 		}
 		if w.ext != nil {
-			if release != nil {
-				w.ext.give(p[:n], release)
-				handed = true
-			} else {
-				w.ext.feed(p[:n])
-			}
+			w.ext.wrote(p[:n], release, w.off+int64(n))
+			handed = release != nil
 		}
 	}
 	if release != nil && !handed {

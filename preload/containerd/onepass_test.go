@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/platforms"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -94,14 +96,26 @@ func trickyImage(t *testing.T, ref string, oci bool) preloadtest.Image {
 		layerEntry{name: "srv/data", typ: tar.TypeReg, mode: 0o640, uid: 33, gid: 33, body: "www",
 			pax: map[string]string{"SCHILY.xattr.user.origin": "layer2"}},
 	)
+	top := layerTar(t,
+		layerEntry{name: "srv/", typ: tar.TypeDir, mode: 0o755},
+		layerEntry{name: "srv/.wh.data", typ: tar.TypeReg, mode: 0o644},
+		layerEntry{name: "srv/zstd", typ: tar.TypeReg, mode: 0o600, body: strings.Repeat("zstd ", 4096)},
+	)
 	gz, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(lower)), nil })
 	require.NoError(t, err)
 	mt := types.DockerUncompressedLayer
 	if oci {
 		mt = types.OCIUncompressedLayer
 	}
-	return preloadtest.NewImage(t, ref, preloadtest.ImageOptions{OS: "linux", Arch: "amd64", OCI: oci,
-		Shared: []v1.Layer{gz, static.NewLayer(upper, mt)}})
+	layers := []v1.Layer{gz, static.NewLayer(upper, mt)}
+	if oci {
+		// OCI allows zstd layers too.
+		zl, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(top)), nil },
+			tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+		require.NoError(t, err)
+		layers = append(layers, zl)
+	}
+	return preloadtest.NewImage(t, ref, preloadtest.ImageOptions{OS: "linux", Arch: "amd64", OCI: oci, Shared: layers})
 }
 
 // TestOnePassMatchesContainerd imports the same archives into two namespaces of one daemon,
@@ -192,7 +206,12 @@ func TestOnePassMatchesContainerd(t *testing.T) {
 			require.Contains(t, root["home/user/secret"], "-rw------- 1000:1000")
 			require.Contains(t, root["bin/tool"], "urwxr-xr-x 0:0")
 			require.Contains(t, root["etc/motd"], "-> /etc/passwd")
-			require.Contains(t, root["srv/data"], "user.origin=layer2")
+			if ref == tricky.Ref {
+				require.Contains(t, root["srv/data"], "user.origin=layer2")
+			} else {
+				require.NotContains(t, root, "srv/data", "the zstd layer's whiteout")
+				require.Contains(t, root["srv/zstd"], "-rw------- 0:0 20480")
+			}
 		}
 	}
 	require.GreaterOrEqual(t, runnable, 5) // alpha, beta, delta and the tricky two at least
