@@ -559,17 +559,66 @@ func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (dig
 	default:
 		return "", fmt.Errorf("unknown compression, starting %x", head)
 	}
+	// Decompressing and hashing in one goroutine, writing the files in another: a layer takes
+	// two cores, as containerd's unpack with unpigz beside it does.
 	h := sha256.New()
-	tee := io.TeeReader(dr, h)
-	if _, err := archive.Apply(ctx, dir, tee, opt); err != nil {
+	pieces := make(chan piece, decompressQueue)
+	free := make(chan []byte, decompressQueue+1)
+	for range decompressQueue + 1 {
+		free <- make([]byte, decompressPiece)
+	}
+	stop := make(chan struct{})
+	var derr error
+	go func() {
+		defer close(pieces)
+		for {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			n, err := io.ReadFull(dr, b)
+			if n > 0 {
+				h.Write(b[:n])
+				select {
+				case pieces <- piece{b: b[:n], release: func() { free <- b }}:
+				case <-stop:
+					return
+				}
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return
+			}
+			if err != nil {
+				derr = err
+				return
+			}
+		}
+	}()
+	pr := &pieceReader{ch: pieces}
+	_, err := archive.Apply(ctx, dir, pr, opt)
+	if err == nil {
+		// What follows the tar's end counts for the diff ID.
+		_, err = io.Copy(io.Discard, pr)
+	}
+	close(stop)
+	pr.drain() // until the decompressor ended: derr and h are its
+	if err != nil {
 		return "", err
 	}
-	// What follows the tar's end counts for the diff ID.
-	if _, err := io.Copy(h, dr); err != nil {
-		return "", err
+	if derr != nil {
+		return "", derr
 	}
 	return digest.NewDigest(digest.SHA256, h), nil
 }
+
+// decompressPiece and decompressQueue size the hand-over from a layer's decompression to its
+// extraction.
+const (
+	decompressPiece = 256 << 10
+	decompressQueue = 4
+)
 
 // peek returns the first bytes of r, a bufio.Reader, without consuming them.
 func peek(r io.Reader) []byte {
