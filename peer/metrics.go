@@ -30,9 +30,6 @@ type Metrics struct {
 	// GossipSentBytes counts the bytes the gossip layer sent, by transport ("packet" for UDP:
 	// probes, gossip and directory deltas; "stream" for TCP: full-state exchanges).
 	GossipSentBytes *prometheus.CounterVec
-	// HashedBytes counts the bytes of fetched ISOs hashed for their sha512, by where they were
-	// read from ("memory": as they arrived; "disk": read back from the file).
-	HashedBytes *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -65,11 +62,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		GossipSentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upgrade_repo_peer_gossip_sent_bytes_total", Help: "Bytes the gossip layer sent, by transport (packet, stream).",
 		}, []string{"transport"}),
-		HashedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "upgrade_repo_peer_hashed_bytes_total", Help: "Bytes of fetched ISOs hashed for their sha512, by where they were read from (memory: as they arrived; disk: read back).",
-		}, []string{"from"}),
 	}
-	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.FileBytes, m.VerificationFailures, m.OriginRetries, m.Verifications, m.GossipSentBytes, m.HashedBytes} {
+	for _, c := range []prometheus.Collector{m.Members, m.DirectoryEntries, m.FetchedBytes, m.ServedBytes, m.FileBytes, m.VerificationFailures, m.OriginRetries, m.Verifications, m.GossipSentBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,9 +85,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, transport := range []string{TransportPacket, TransportStream} {
 		m.GossipSentBytes.WithLabelValues(transport)
-	}
-	for _, from := range []string{HashedFromMemory, HashedFromDisk} {
-		m.HashedBytes.WithLabelValues(from)
 	}
 	return m, nil
 }
@@ -138,19 +129,6 @@ const (
 func (m *Metrics) SentFile(mode string, n int64) {
 	if m != nil && n > 0 {
 		m.FileBytes.WithLabelValues(mode).Add(float64(n))
-	}
-}
-
-// The places of HashedBytes.
-const (
-	HashedFromMemory = "memory"
-	HashedFromDisk   = "disk"
-)
-
-// Hashed counts n bytes of a fetched ISO hashed from (HashedFromMemory or HashedFromDisk).
-func (m *Metrics) Hashed(from string, n int64) {
-	if m != nil && n > 0 {
-		m.HashedBytes.WithLabelValues(from).Add(float64(n))
 	}
 }
 

@@ -30,8 +30,6 @@ func TestMetricsStartAtZeroAndMove(t *testing.T) {
 		{name: "reused", vec: func(m *peer.Metrics) *prometheus.CounterVec { return m.Verifications }, label: peer.VerifiedReused, record: func(m *peer.Metrics) { m.Verified(peer.VerifiedReused) }},
 		{name: "gossip packet", vec: func(m *peer.Metrics) *prometheus.CounterVec { return m.GossipSentBytes }, label: peer.TransportPacket, record: func(m *peer.Metrics) { m.GossipSent(peer.TransportPacket, 1) }},
 		{name: "gossip stream", vec: func(m *peer.Metrics) *prometheus.CounterVec { return m.GossipSentBytes }, label: peer.TransportStream, record: func(m *peer.Metrics) { m.GossipSent(peer.TransportStream, 1) }},
-		{name: "hashed from memory", vec: func(m *peer.Metrics) *prometheus.CounterVec { return m.HashedBytes }, label: peer.HashedFromMemory, record: func(m *peer.Metrics) { m.Hashed(peer.HashedFromMemory, 1) }},
-		{name: "hashed from disk", vec: func(m *peer.Metrics) *prometheus.CounterVec { return m.HashedBytes }, label: peer.HashedFromDisk, record: func(m *peer.Metrics) { m.Hashed(peer.HashedFromDisk, 1) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

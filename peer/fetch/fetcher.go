@@ -123,7 +123,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress
 	r := &run{f: f, req: req, iso: l, n: chunks.Count(l.Size(), l.ChunkSize()), progress: progress,
 		inflight: map[int][]*job{}, avoid: map[string]time.Time{}, weak: map[int]string{},
 		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
-		results: make(chan result, 64), probes: make(chan probeResult, 16), fresh: make(chan freshChunk, maxFresh), start: time.Now(), membersChanged: time.Now(),
+		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now(),
 		noRanges: !ranges, originRetry: f.retryPolicy().Start(), lastLog: time.Now(), lastHeld: l.HeldBytes()}
 	return l, r.run(ctx)
 }

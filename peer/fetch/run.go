@@ -52,20 +52,7 @@ type run struct {
 	listMu sync.Mutex
 	lists  map[string]*chunkList
 	bufs   sync.Pool
-	// fresh hands hashInOrder the chunks just stored, with their bytes, so that it hashes them
-	// from memory instead of reading them back.
-	fresh chan freshChunk
 }
-
-// freshChunk is a chunk just stored and its bytes, a buffer of the run's pool.
-type freshChunk struct {
-	c    int
-	data []byte
-}
-
-// maxFresh is how many stored chunks may wait in memory for hashInOrder: a chunk ahead of the
-// hashed prefix waits for its turn, and one that finds no room is read back when its turn comes.
-const maxFresh = 4
 
 type job struct {
 	chunk   int
@@ -146,9 +133,7 @@ func (r *run) run(ctx context.Context) error {
 			if !refetch {
 				return r.complete()
 			}
-			// Bad chunks were dropped: they are fetched again, and the file hashed again, from
-			// the start and from the disk (what waits in fresh may be a dropped chunk's bytes).
-			r.dropFresh()
+			// Bad chunks were dropped: they are fetched again, and the file hashed again.
 			hashed = make(chan error, 1)
 			go r.hashInOrder(ctx, kick, hashed)
 		case <-changed:
@@ -234,47 +219,16 @@ func (r *run) report() {
 // matches, peer.ErrVerification when it does not, and stops early when ctx ends.
 func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error) {
 	h := sha512.New()
-	var buf []byte
-	// waiting are stored chunks ahead of c, in memory.
-	waiting := make(map[int][]byte, maxFresh)
-	take := func(f freshChunk, c int) {
-		if f.c >= c && len(waiting) < maxFresh && waiting[f.c] == nil {
-			waiting[f.c] = f.data
-			return
-		}
-		r.putBuf(f.data)
-	}
+	buf := make([]byte, r.iso.ChunkSize())
 	for c := 0; c < r.n; {
-	drain:
-		for {
-			select {
-			case f := <-r.fresh:
-				take(f, c)
-			default:
-				break drain
-			}
-		}
-		if b := waiting[c]; b != nil {
-			delete(waiting, c)
-			h.Write(b)
-			r.f.o.metrics.Hashed(peer.HashedFromMemory, int64(len(b)))
-			r.putBuf(b)
-			c++
-			continue
-		}
 		if !r.iso.Has(c) {
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
-			case f := <-r.fresh:
-				take(f, c)
 			case <-time.After(r.f.o.tick):
 			}
 			continue
-		}
-		if buf == nil {
-			buf = make([]byte, r.iso.ChunkSize())
 		}
 		m := r.iso.ChunkLen(c)
 		if _, err := r.iso.File().ReadAt(buf[:m], int64(c)*r.iso.ChunkSize()); err != nil {
@@ -282,7 +236,6 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 			return
 		}
 		h.Write(buf[:m])
-		r.f.o.metrics.Hashed(peer.HashedFromDisk, int64(m))
 		c++
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != r.req.SHA512 {
@@ -290,18 +243,6 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 		return
 	}
 	hashed <- nil
-}
-
-// dropFresh empties fresh, giving the buffers back; hashInOrder is not running.
-func (r *run) dropFresh() {
-	for {
-		select {
-		case f := <-r.fresh:
-			r.putBuf(f.data)
-		default:
-			return
-		}
-	}
 }
 
 func (r *run) startJob(ctx context.Context, c int, source, addr string) {
@@ -338,16 +279,11 @@ func (r *run) putBuf(b []byte) {
 
 func (r *run) finishJob(ctx context.Context, res result) {
 	j := res.job
-	handed := false
 	if res.data != nil {
-		defer func() {
-			if !handed {
-				r.putBuf(res.data)
-			}
-		}()
+		defer r.putBuf(res.data)
 	}
 	if j.part {
-		handed = r.keep(j, res)
+		r.keep(j, res)
 		return
 	}
 	j.cancel()
@@ -383,29 +319,23 @@ func (r *run) finishJob(ctx context.Context, res result) {
 		return
 	}
 	if !j.stream { // a stream's chunks came on their own
-		handed = r.keep(j, res)
+		r.keep(j, res)
 	}
 }
 
 // keep stores the verified bytes of a chunk that a job fetched, unless another job stored it
-// first, and cancels the other jobs fetching it. It reports whether it handed the bytes to
-// hashInOrder, which then gives the buffer back.
-func (r *run) keep(j *job, res result) (handed bool) {
+// first, and cancels the other jobs fetching it.
+func (r *run) keep(j *job, res result) {
 	if j.source == originSource {
 		r.originAnswered()
 	}
 	if r.iso.Has(j.chunk) {
-		return false
+		return
 	}
 	if err := r.iso.WriteChunk(j.chunk, res.data, res.sum); err != nil {
 		// The disk refuses (full, read-only): fetching more would only fail the same way.
 		r.fatal = fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, err)
-		return false
-	}
-	select {
-	case r.fresh <- freshChunk{c: j.chunk, data: res.data}:
-		handed = true
-	default:
+		return
 	}
 	for _, x := range r.inflight[j.chunk] {
 		x.cancel()
@@ -420,5 +350,4 @@ func (r *run) keep(j *job, res result) (handed bool) {
 		r.fromPeers += int64(len(res.data))
 		r.f.o.metrics.Fetched(peer.SourcePeer, int64(len(res.data)))
 	}
-	return handed
 }
