@@ -207,68 +207,24 @@ func (w *fileWriter) writeback() {
 // one, two buffers of copyBuffer bytes apart, so that decompressing the archive overlaps with
 // writing it.
 func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
-	type chunk struct {
-		b   []byte
-		err error
-	}
 	// With an extraction, pieces stay with it while it reads them: more buffers keep the
 	// reader going.
 	nbuf := 2
 	if w.c.st != nil {
 		nbuf += extractQueue
 	}
-	free := make(chan []byte, nbuf)
-	full := make(chan chunk, 2)
-	for range nbuf {
-		free <- make([]byte, copyBuffer)
-	}
-	stop, exited := make(chan struct{}), make(chan struct{})
 	// The reader must be done with r before ReadFrom returns: the caller closes what r reads.
-	defer func() { close(stop); <-exited }()
-	go func() {
-		defer close(exited)
-		for {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-stop:
-				return
-			}
-			n, err := io.ReadFull(r, b)
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = io.EOF
-			}
-			select {
-			case full <- chunk{b: b[:n], err: err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	ra := startReadAhead(r, nbuf, copyBuffer, nil)
+	defer ra.close()
 	var total int64
-	for c := range full {
-		b := c.b[:cap(c.b)]
-		release := func() { free <- b }
-		if len(c.b) > 0 {
-			n, err := w.write(c.b, release)
-			total += int64(n)
-			if err != nil {
-				return total, err
-			}
-		} else {
-			release()
-		}
-		if errors.Is(c.err, io.EOF) {
-			return total, nil
-		}
-		if c.err != nil {
-			return total, c.err
+	for pc := range ra.pieces {
+		n, err := w.write(pc.b, pc.release)
+		total += int64(n)
+		if err != nil {
+			return total, err
 		}
 	}
-	return total, nil
+	return total, ra.err
 }
 
 // copyBuffer is the size of each of ReadFrom's two buffers.

@@ -562,53 +562,20 @@ func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (dig
 	// Decompressing and hashing in one goroutine, writing the files in another: a layer takes
 	// two cores, as containerd's unpack with unpigz beside it does.
 	h := sha256.New()
-	pieces := make(chan piece, decompressQueue)
-	free := make(chan []byte, decompressQueue+1)
-	for range decompressQueue + 1 {
-		free <- make([]byte, decompressPiece)
-	}
-	stop := make(chan struct{})
-	var derr error
-	go func() {
-		defer close(pieces)
-		for {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-stop:
-				return
-			}
-			n, err := io.ReadFull(dr, b)
-			if n > 0 {
-				h.Write(b[:n])
-				select {
-				case pieces <- piece{b: b[:n], release: func() { free <- b }}:
-				case <-stop:
-					return
-				}
-			}
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return
-			}
-			if err != nil {
-				derr = err
-				return
-			}
-		}
-	}()
-	pr := &pieceReader{ch: pieces}
+	ra := startReadAhead(dr, decompressQueue, decompressPiece, func(b []byte) { h.Write(b) })
+	pr := &pieceReader{ch: ra.pieces}
 	_, err := archive.Apply(ctx, dir, pr, opt)
 	if err == nil {
 		// What follows the tar's end counts for the diff ID.
 		_, err = io.Copy(io.Discard, pr)
 	}
-	close(stop)
-	pr.drain() // until the decompressor ended: derr and h are its
+	ra.close() // the decompressor is done: ra.err and h are this goroutine's
+	pr.drain()
 	if err != nil {
 		return "", err
 	}
-	if derr != nil {
-		return "", derr
+	if ra.err != nil {
+		return "", ra.err
 	}
 	return digest.NewDigest(digest.SHA256, h), nil
 }
