@@ -35,11 +35,14 @@ import (
 // One-pass unpack.
 //
 // Unpacking through containerd reads every layer back from the content store after the archive
-// was written, decompresses it (containerd 1.6 with Go's gzip) and writes its files: a second pass
-// over every byte, after the first. When this process writes blobs itself (direct ingest) and sees
-// the overlayfs snapshotter's directory at the path containerd reports, it extracts each layer
-// while its blob is being written, from the same bytes, on another core: into a staging directory
-// beside the snapshots, converting whiteouts as containerd's overlay applier does. Once the
+// was written, decompresses it and writes its files: a second pass over every byte, after the
+// first. When this process writes blobs itself (direct ingest) and sees the overlayfs
+// snapshotter's directory at the path containerd reports (or, with containerd 1.6, which does not
+// report it, beside the content directory), it extracts each layer while its blob is being
+// written, on another core: a plain tar from the writer's own buffers, a compressed layer (gzip,
+// zstd) following the blob's file in the page cache so that layers decompress side by side; into
+// a staging directory beside the snapshots, converting whiteouts as containerd's overlay applier
+// does. Once the
 // archive is read and its images are known, each layer's snapshot is prepared on its parent as
 // containerd's unpacker prepares it, the staged directory is renamed into the snapshot's upper
 // directory (the directory containerd itself would extract into), and the snapshot is committed
@@ -57,12 +60,13 @@ import (
 //     without CAP_SYS_ADMIN, a compression it does not know) is left to containerd.
 
 // stageDirName is the directory, inside the snapshotter's root, of layers extracted while their
-// blobs were written. containerd's overlay snapshotter only reads snapshots/ and metadata.db there; a guessed directory
-// that is not the snapshotter's is found out at the first layer, whose snapshot is elsewhere.
+// blobs were written. containerd's overlay snapshotter only reads snapshots/ and metadata.db
+// there. A guessed root that is not the snapshotter's is found out at the first layer, whose
+// snapshot is elsewhere: containerd then unpacks.
 const stageDirName = "upgrade-repo.unpack"
 
-// maxExtractions is how many layers are extracted at once; a blob whose extraction must wait
-// holds its archive's reader back.
+// maxExtractions is how many layers are extracted at once; a plain tar whose extraction must wait
+// holds its archive's reader back, a compressed layer's waits on its own.
 const maxExtractions = 2
 
 // extractQueue is how many written pieces of a blob may wait for its extraction.
