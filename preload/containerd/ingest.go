@@ -204,8 +204,8 @@ func (w *fileWriter) writeback() {
 }
 
 // ReadFrom implements io.ReaderFrom: it reads r in one goroutine and hashes and writes in this
-// one, two buffers of copyBuffer bytes apart, so that decompressing the archive overlaps with
-// writing it.
+// one, two buffers of copyBuffer bytes apart (more while a layer's extraction holds some), so
+// that decompressing the archive overlaps with writing it.
 func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 	// With an extraction, pieces stay with it while it reads them: more buffers keep the
 	// reader going.
@@ -227,7 +227,7 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 	return total, ra.err
 }
 
-// copyBuffer is the size of each of ReadFrom's two buffers.
+// copyBuffer is the size of each of ReadFrom's buffers.
 const copyBuffer = 512 << 10
 
 // Digest implements content.Writer.
