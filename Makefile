@@ -37,8 +37,8 @@ deps: ## Install the system packages tests and benchmarks use (xorriso, containe
 ##@ Build
 
 .PHONY: build
-build: ## Build the static upgrade-repo binary into bin/.
-	$(GO) build -trimpath -ldflags '-s -w' -o $(BINARY) ./cmd/upgrade-repo
+build: ## Build the static upgrade-repo binary and its lean upgrade-repo-serve into bin/.
+	$(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/ ./cmd/upgrade-repo ./cmd/upgrade-repo-serve
 
 .PHONY: run
 run: build deps ## Build a demo release ISO (once) and serve it on 127.0.0.1:8080.

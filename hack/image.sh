@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # image.sh IMAGE: builds the upgrade-repo container image FROM scratch with the local docker engine.
-# The build context is a temporary directory holding only the static binary and the CA bundle, so
+# The build context is a temporary directory holding only the static binaries (upgrade-repo and its lean upgrade-repo-serve) and the CA bundle, so
 # nothing is pulled and nothing else from the checkout ends up in the image.
 #   env: VERSION (stamped into the binary; default: git describe), CA_BUNDLE (default: the host's),
 #        DOCKERFILE (Dockerfile; Dockerfile.kubeadm builds the kubeadm upgrade image).
@@ -15,7 +15,7 @@ if [ ! -s "$ca_bundle" ]; then
 fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/upgrade-repo" ./cmd/upgrade-repo
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/" ./cmd/upgrade-repo ./cmd/upgrade-repo-serve
 cp "$ca_bundle" "$ctx/ca-certificates.crt"
 cp "${DOCKERFILE:-Dockerfile}" "$ctx/"
 # The legacy builder needs no buildx plugin and handles FROM scratch without a registry.

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,8 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
+
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 )
 
 // app carries what every subcommand shares: the standard streams and the process logger.
@@ -52,34 +52,23 @@ func commands() map[string]command {
 }
 
 // errUsage marks an error caused by how the command was invoked; main exits 2 for it.
-var errUsage = errors.New("usage")
+var errUsage = cli.ErrUsage
 
 // errTimeout marks a command that stopped waiting at its --timeout (upgrade apply, upgrade
 // status -w); main exits 3 for it, so that a script tells it from a failure (1).
-var errTimeout = errors.New("timed out")
+var errTimeout = cli.ErrTimeout
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		execLeanServe(os.Args[2:])
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "upgrade-repo: %v\n", err)
-		os.Exit(exitStatus(err))
+		os.Exit(cli.ExitStatus(err))
 	}
-}
-
-// exitStatus is the process's exit status for the error a subcommand returned: 2 for a usage
-// error, 3 for a timeout, 1 for any other, 0 for none.
-func exitStatus(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	case errors.Is(err, errTimeout):
-		return 3
-	}
-	return 1
 }
 
 // run dispatches to the subcommand named by args[0].
@@ -97,20 +86,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		usage(stderr, cmds)
 		return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
 	}
-	a := &app{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
+	a := &app{stdout: stdout, stderr: stderr, log: cli.NewLogger(stderr)}
 	return c.run(ctx, a, args[1:])
 }
 
-// parseFlags parses a subcommand's flags. help is true when -h or --help was given (the flag
-// package has printed the usage, and the subcommand returns nil); any other error is a usage error.
+// parseFlags parses a subcommand's flags (cli.ParseFlags).
 func parseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return false, nil
+	return cli.ParseFlags(fset, args)
 }
 
 func usage(w io.Writer, cmds map[string]command) {
@@ -124,18 +106,4 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
 	}
-}
-
-// newLogger builds the one structured logger of the process. UPGRADE_REPO_LOG_LEVEL (debug, info,
-// warn, error) and UPGRADE_REPO_LOG_FORMAT (text, json) are read here and nowhere else.
-func newLogger(w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv("UPGRADE_REPO_LOG_LEVEL"))); err != nil {
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if strings.EqualFold(os.Getenv("UPGRADE_REPO_LOG_FORMAT"), "json") {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -2,136 +2,42 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"net"
-	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/upgrade-repo/upgrade-repo/acquire"
-	"github.com/upgrade-repo/upgrade-repo/checksum"
-	"github.com/upgrade-repo/upgrade-repo/isorepo"
-	"github.com/upgrade-repo/upgrade-repo/peer"
-	"github.com/upgrade-repo/upgrade-repo/repo"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/servecmd"
 )
 
-const serveUsage = `usage: upgrade-repo serve (--iso FILE | --iso-url URL --iso-checksum sha512:HEX --cache-dir DIR) [flags]
+// leanServe is the file name of the serve-only binary installed beside upgrade-repo.
+const leanServe = "upgrade-repo-serve"
 
-Serve one release ISO over HTTP: its files (also under /harvester-iso/), the release metadata
-(/v1/release, /v1/bundle, /v1/images), /livez, /readyz and /metrics. With --iso-url the ISO is
-downloaded into the cache (resumed, verified) first; /readyz turns ready once it is verified and
-indexed. SIGTERM stops accepting connections and gives in-flight downloads --grace to finish.
-
-`
-
-// runServe serves one release ISO until the process is signalled.
+// runServe serves one release ISO until the process is signalled (package servecmd).
 func runServe(ctx context.Context, a *app, args []string) error {
-	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, serveUsage); fset.PrintDefaults() }
-	isoFile := fset.String("iso", "", "the release ISO to serve")
-	isoURL := fset.String("iso-url", "", "the URL to download the release ISO from")
-	isoSum := fset.String("iso-checksum", "", "the ISO's checksum, sha512:HEX (required with --iso-url, verified with --iso)")
-	cacheDir := fset.String("cache-dir", "", "where a downloaded ISO is kept (required with --iso-url)")
-	listen := fset.String("listen", "127.0.0.1:8080", "the address to serve on")
-	grace := fset.Duration("grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
-	if help, err := parseFlags(fset, args); help || err != nil {
-		return err
-	}
-	if fset.NArg() > 0 {
-		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fset.Args())
-	}
-	if *grace < 0 {
-		return fmt.Errorf("%w: --grace %s: want a duration of zero or more", errUsage, *grace)
-	}
-	src := acquire.Source{Path: *isoFile, URL: *isoURL, CacheDir: *cacheDir}
-	if *isoSum != "" {
-		sum, err := checksum.Parse(*isoSum)
-		if err != nil {
-			return fmt.Errorf("%w: --iso-checksum: %w", errUsage, err)
-		}
-		src.Checksum = sum
-	}
-	if err := src.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
-	}
-	return serve(ctx, a, src, ln, *grace, nil)
+	return servecmd.Run(ctx, a.log, a.stderr, args)
 }
 
-// serve serves the release of src on ln until ctx is done, then shuts down within grace. ready,
-// when not nil, is called once the release is verified and indexed.
+// serve serves the release of src on ln until ctx is done (servecmd.Serve).
 func serve(ctx context.Context, a *app, src acquire.Source, ln net.Listener, grace time.Duration, ready func()) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rm, err := repo.NewMetrics(reg)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	pm, err := peer.NewMetrics(reg)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	server := repo.NewServer(rm, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), a.log)
-	srv := &http.Server{Handler: server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	a.log.Info("listening", "addr", ln.Addr().String())
+	return servecmd.Serve(ctx, a.log, src, ln, grace, ready)
+}
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
-	var closeISO func() error
-	g.Go(func() error {
-		ver, err := acquire.Acquire(gctx, src, acquire.WithLogger(a.log), acquire.WithMetrics(pm))
-		if err != nil {
-			return err
-		}
-		h, closer, err := isorepo.Open(ver.Path, src.Checksum, rm, a.log, ver.Verifier)
-		if err != nil {
-			_ = ver.Close()
-			return err
-		}
-		closeISO = func() error { return errors.Join(closer(), ver.Close()) }
-		server.SetHandler(h)
-		if ready != nil {
-			ready()
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		a.log.Info("shutting down", "grace", grace)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			srv.Close()
-			return fmt.Errorf("shutdown: in-flight requests cut after %s: %w", grace, err)
-		}
-		return nil
-	})
-	err = g.Wait()
-	if closeISO != nil {
-		if cerr := closeISO(); cerr != nil {
-			a.log.Warn("closing the ISO failed", "err", cerr)
-		}
+// execLeanServe replaces the process with upgrade-repo-serve, given the serve command's
+// arguments, when that binary lies beside this one (the image and `make build` put it there):
+// the same command, linked without the cluster's packages, so its process holds a third of the
+// memory. It returns only when there is no such binary or it cannot be run; serve then runs here.
+func execLeanServe(args []string) {
+	self, err := os.Executable()
+	if err != nil {
+		return
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	lean := filepath.Join(filepath.Dir(self), leanServe)
+	fi, err := os.Stat(lean)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return
 	}
-	return nil
+	_ = syscall.Exec(lean, append([]string{lean}, args...), os.Environ()) // returns only on failure: serve in this process
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -239,7 +241,7 @@ func TestUpgradeApply(t *testing.T) {
 			if tt.wantErr == nil && tt.wantErrText == "" {
 				require.NoError(t, err)
 			}
-			require.Equal(t, tt.wantStatus, exitStatus(err), "exit status")
+			require.Equal(t, tt.wantStatus, cli.ExitStatus(err), "exit status")
 			for _, want := range tt.wantOut {
 				require.Contains(t, stdout.String(), want)
 			}
@@ -270,7 +272,7 @@ func TestUpgradeApplyRefusedGolden(t *testing.T) {
 	o := applyOpts(func(o *upgradeApplyOptions) { o.req.ISOURL = "https://releases.example.com/harvester-v1.8.0-amd64.iso" })
 	err := upgradeApply(t.Context(), a, applyEnv{c: c, hc: loopbackOnly(), now: upgradeClock, serverVersion: func() (string, error) { return "v1.32.7", nil }}, o)
 	require.ErrorIs(t, err, errNotAllowed)
-	require.Equal(t, 1, exitStatus(err))
+	require.Equal(t, 1, cli.ExitStatus(err))
 	got := stdout.String() + "--- stderr\nupgrade-repo: " + err.Error() + "\n"
 	golden := filepath.Join("testdata", "upgrade-apply-refused.golden")
 	if *updateGolden {
