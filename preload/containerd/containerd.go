@@ -27,7 +27,6 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/images/archive"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -390,7 +389,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 		}}
 	}
 
-	index, err := archive.ImportIndex(ctx, ics, r)
+	index, err := importIndex(ctx, ics, r)
 	if err != nil {
 		return nil, fmt.Errorf("read archive: %w", s.classifyWrite(ctx, err))
 	}
