@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +39,12 @@ downloaded into the cache (resumed, verified) first; /readyz turns ready once it
 indexed. SIGTERM stops accepting connections and gives in-flight downloads --grace to finish.
 
 `
+
+// gcPercent is the garbage collector's goal for a serving process, unless GOGC sets one. Serving
+// keeps a few MiB live and allocates a few KiB per request, so at Go's default (100) the collector
+// runs every 4 MiB of requests; at 200 it runs half as often, for about 4 MiB more of peak RSS
+// (bench-serve: about a tenth more small-file requests per second; 300 and 400 gave no more).
+const gcPercent = 200
 
 // Run parses the serve command's flags from args and serves until ctx is done. Usage errors wrap
 // cli.ErrUsage; -h prints the usage to stderr and returns nil.
@@ -74,6 +82,9 @@ func Run(ctx context.Context, log *slog.Logger, stderr io.Writer, args []string)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
 	}
 	return Serve(ctx, log, src, ln, *grace, nil)
 }
