@@ -5,12 +5,15 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
@@ -243,6 +246,10 @@ func (s *Store) OpenPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 		f.Close()
 		return nil, fmt.Errorf("size partial ISO %s: %w", ppath, err)
 	}
+	if err := reserve(f, size); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("reserve %d bytes for partial ISO %s: %w", size, ppath, err)
+	}
 	l := &LocalISO{store: s, sha512: sha512, size: size, chunkSize: chunkSize, path: ppath, f: f,
 		held: inventory.NewBitmap(n), digests: make([][sha256.Size]byte, n)}
 	if sc, ok := readSidecar(ppath + ".json"); ok &&
@@ -265,4 +272,15 @@ func (s *Store) OpenPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 	}
 	s.add(l)
 	return l, nil
+}
+
+// reserve allocates the disk blocks of the file's first size bytes, keeping what it holds, so that
+// a disk without room for the whole ISO says so before the first byte is fetched rather than
+// after most of them. A file system that cannot reserve (EOPNOTSUPP) is left to fill as it goes.
+func reserve(f *os.File, size int64) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		return nil
+	}
+	return err
 }
