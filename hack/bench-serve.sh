@@ -11,7 +11,8 @@
 #
 # Environment: BIN (default bin/upgrade-repo), BENCH_DIR (default .cache/bench-serve, kept between
 # runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2),
-# RANGED_CLIENTS (20; 0 skips the run), RANGED_SIZE (8388608).
+# RANGED_CLIENTS (20; 0 skips the run), RANGED_SIZE (8388608), BENCH_CHECKSUM (1: serve with
+# --iso-checksum, every chunk checked before it is first served).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/bench-lib.sh
@@ -57,11 +58,20 @@ http {
 CONF
 nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" &
 pids+=($!)
-GOMAXPROCS=1 UPGRADE_REPO_LOG_LEVEL=warn "$bin" serve --iso "$dir/release.iso" --listen "127.0.0.1:$repo_port" &
+# With --iso-checksum, as the agent serves: the ISO is verified once at start and every chunk is
+# checked against its digest before its bytes first leave (BENCH_CHECKSUM=0 serves unchecked).
+checksum=()
+if [ "${BENCH_CHECKSUM:-1}" = 1 ]; then
+  if [ ! -s "$dir/release.iso.sha512" ] || [ "$dir/release.iso.sha512" -ot "$dir/release.iso" ]; then
+    sha512sum "$dir/release.iso" | cut -d' ' -f1 > "$dir/release.iso.sha512"
+  fi
+  checksum=(--iso-checksum "sha512:$(cat "$dir/release.iso.sha512")")
+fi
+GOMAXPROCS=1 UPGRADE_REPO_LOG_LEVEL=warn "$bin" serve --iso "$dir/release.iso" "${checksum[@]}" --listen "127.0.0.1:$repo_port" &
 repo_pid=$!
 pids+=($repo_pid)
 
-for i in $(seq 100); do
+for i in $(seq 600); do
   if curl -fs "http://127.0.0.1:$repo_port/readyz" >/dev/null && curl -fs "http://127.0.0.1:$nginx_port/harvester-release.yaml" >/dev/null; then break; fi
   sleep 0.1
 done
@@ -73,4 +83,4 @@ echo "bench-serve: nginx on :$nginx_port (pids $nginx_pids), upgrade-repo on :$r
   -target "upgrade-repo=http://127.0.0.1:$repo_port@$repo_pid" \
   -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}" \
   -ranged-clients "${RANGED_CLIENTS:-20}" -ranged-size "${RANGED_SIZE:-8388608}"
-curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_file_(responses|bytes)_total' >&2 || true
+curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_(file_(responses|bytes)_total|peer_iso_verifications_total)' >&2 || true
