@@ -83,4 +83,4 @@ echo "bench-serve: nginx on :$nginx_port (pids $nginx_pids), upgrade-repo on :$r
   -target "upgrade-repo=http://127.0.0.1:$repo_port@$repo_pid" \
   -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}" \
   -ranged-clients "${RANGED_CLIENTS:-20}" -ranged-size "${RANGED_SIZE:-8388608}"
-curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_(file_(responses|bytes)_total|peer_iso_verifications_total)' >&2 || true
+curl -fs "http://127.0.0.1:$repo_port/metrics" | grep -E '^upgrade_repo_file_(responses|bytes)_total' >&2 || true
