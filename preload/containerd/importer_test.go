@@ -97,9 +97,13 @@ func TestImportIndexMatchesContainerd(t *testing.T) {
 	require.True(t, s.DirectIngest())
 	cs := s.client.ContentStore()
 	importers := map[string]func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error){
-		"containerd": func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) { return archive.ImportIndex(ctx, cs, r) },
-		"direct":     func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) { return importIndex(ctx, &ingestStore{Store: cs, d: s.direct}, r) },
-		"service":    func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) { return importIndex(ctx, cs, r) },
+		"containerd": func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) {
+			return archive.ImportIndex(ctx, cs, r)
+		},
+		"direct": func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) {
+			return importIndex(ctx, &ingestStore{Store: cs, d: s.direct}, r)
+		},
+		"service": func(ctx context.Context, r io.Reader) (ocispec.Descriptor, error) { return importIndex(ctx, cs, r) },
 	}
 	tests := []struct {
 		name    string
