@@ -129,8 +129,12 @@ func Acquire(ctx context.Context, src Source, opts ...Option) (Verified, error) 
 	if src.Path != "" {
 		var err error
 		if l, err = store.AddComplete(src.Path, src.Checksum.Hex(), cache.DefaultChunkSize); err != nil {
+			if errors.Is(err, peer.ErrVerification) {
+				o.metrics.Verified(peer.VerifiedMismatch)
+			}
 			return Verified{}, fmt.Errorf("acquire: %w", err)
 		}
+		o.metrics.Verified(peer.VerifiedOK)
 	} else {
 		fopts := []fetch.Option{fetch.WithMetrics(o.metrics), fetch.WithSettle(0)}
 		if src.Client != nil {

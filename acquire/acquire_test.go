@@ -63,14 +63,16 @@ func TestAcquire(t *testing.T) {
 		verifier bool
 		err      string
 		errIs    error
+		// checked is the result the whole-ISO check counted, "" for none.
+		checked string
 	}{
 		{name: "local path", src: Source{Path: local}, want: local},
-		{name: "local path verified", src: Source{Path: local, Checksum: sum}, want: local, verifier: true},
-		{name: "local path wrong checksum", src: Source{Path: local, Checksum: wrong}, errIs: peer.ErrVerification},
+		{name: "local path verified", src: Source{Path: local, Checksum: sum}, want: local, verifier: true, checked: peer.VerifiedOK},
+		{name: "local path wrong checksum", src: Source{Path: local, Checksum: wrong}, errIs: peer.ErrVerification, checked: peer.VerifiedMismatch},
 		{name: "local path missing", src: Source{Path: local + ".nope"}, err: "no such file"},
 		{name: "local directory", src: Source{Path: filepath.Dir(local)}, err: "not a regular file"},
-		{name: "url", src: Source{URL: url, Checksum: sum}, want: "cache", verifier: true},
-		{name: "url wrong checksum", src: Source{URL: url, Checksum: wrong}, errIs: peer.ErrVerification},
+		{name: "url", src: Source{URL: url, Checksum: sum}, want: "cache", verifier: true, checked: peer.VerifiedOK},
+		{name: "url wrong checksum", src: Source{URL: url, Checksum: wrong}, errIs: peer.ErrVerification, checked: peer.VerifiedMismatch},
 		{name: "url not found", src: Source{URL: origin.URL + "/nope", Checksum: sum}, errIs: fetch.ErrOriginRefused},
 		{name: "url without checksum", src: Source{URL: url, CacheDir: "x"}, err: "needs its checksum"},
 		{name: "url without cache", src: Source{URL: url, Checksum: sum}, err: "needs a cache directory"},
@@ -85,7 +87,16 @@ func TestAcquire(t *testing.T) {
 			if tt.src.URL != "" && tt.src.CacheDir == "" && tt.name != "url without cache" {
 				tt.src.CacheDir = cache
 			}
-			v, err := Acquire(t.Context(), tt.src, WithFetchOptions(fetch.WithRetry(2, time.Millisecond, time.Millisecond)))
+			m, merr := peer.NewMetrics(prometheus.NewRegistry())
+			require.NoError(t, merr)
+			v, err := Acquire(t.Context(), tt.src, WithMetrics(m), WithFetchOptions(fetch.WithRetry(2, time.Millisecond, time.Millisecond)))
+			for _, result := range []string{peer.VerifiedOK, peer.VerifiedMismatch, peer.VerifiedReused} {
+				want := 0.0
+				if result == tt.checked {
+					want = 1
+				}
+				require.Equal(t, want, testutil.ToFloat64(m.Verifications.WithLabelValues(result)), "checks counted %q", result)
+			}
 			switch {
 			case tt.errIs != nil:
 				require.ErrorIs(t, err, tt.errIs)
