@@ -13,7 +13,9 @@ import (
 
 // FuzzImportIndex feeds damaged archives to the importer, on a content store of files: whatever
 // the bytes, it returns an index or an error, never a panic, and an index it returns names blobs
-// the store holds. The seeds are whole archives of both layouts and their cuts.
+// the store holds. The seeds are whole archives of both layouts and their cuts. Each run creates a
+// store's files: `make fuzz-import` keeps them on /dev/shm, where a file system that allocates
+// inodes slowly after many removals does not set the pace.
 func FuzzImportIndex(f *testing.F) {
 	img, err := random.Image(512, 2)
 	require.NoError(f, err)
