@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,8 +134,38 @@ func serveFromOrigin(t *testing.T, c *cluster, rel *testRelease) {
 	for _, n := range c.nodes {
 		t.Run(n.Name, func(t *testing.T) {
 			checkServes(t, fmt.Sprintf("http://%s:%d", internalIP(t, n), port), rel)
+			requireLeanServe(t, n.Name)
 		})
 	}
+}
+
+// requireLeanServe checks, from the node, that the serve pod's process (the upgrade-repo process
+// given the cache directory) runs the image's upgrade-repo-serve: the pod ran `upgrade-repo serve`, which
+// replaced itself with the lean binary. It logs the process's peak RSS.
+func requireLeanServe(t *testing.T, node string) {
+	t.Helper()
+	const script = `for p in /proc/[0-9]*; do
+  exe=$(readlink "$p/exe" 2>/dev/null) || continue
+  case $exe in */upgrade-repo*) ;; *) continue ;; esac
+  if tr '\0' ' ' < "$p/cmdline" | grep -q -- '--cache-dir=/cache'; then
+    echo "$exe $(grep VmHWM "$p/status" | tr -s ' \t' ' ')"
+  fi
+done`
+	var out string
+	eventually(t, time.Minute, "find the serve process on "+node, func(ctx context.Context) error {
+		var err error
+		if out, err = nodeCmd(ctx, node, "sh", "-c", script); err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == "" {
+			return errors.New("no process was given --cache-dir=/cache")
+		}
+		return nil
+	})
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		require.True(t, strings.HasPrefix(line, "/usr/local/bin/upgrade-repo-serve "), "the serve pod runs %q, not the lean binary", line)
+	}
+	t.Logf("serve on %s: %s", node, strings.TrimSpace(out))
 }
 
 // preloadFromService runs `upgrade-repo preload --repo` on every node, through the Service of
