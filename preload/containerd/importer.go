@@ -25,9 +25,6 @@ import (
 // jsonLimit bounds the archive's own JSON files (oci-layout, manifest.json) read into memory.
 const jsonLimit = 20 << 20
 
-// typeRegA is the type flag of a regular file in tars of the pre-POSIX format ('\x00').
-const typeRegA = '\x00'
-
 // dockerManifest is one image of the manifest.json that docker save writes.
 type dockerManifest struct {
 	Config   string
@@ -61,7 +58,8 @@ func importIndex(ctx context.Context, store content.Store, r io.Reader) (ocispec
 			// docker save links a layer it already wrote: "<id>/layer.tar" -> "../<other>/layer.tar".
 			links[hdr.Name] = path.Join(path.Dir(hdr.Name), hdr.Linkname)
 		}
-		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != typeRegA {
+		// The reader gives the pre-POSIX regular file type as TypeReg too.
+		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
 		name := path.Clean(hdr.Name)

@@ -270,16 +270,12 @@ func (st *stager) begin(ctx context.Context, head []byte, path string) *extracti
 			return nil
 		}
 	}
-	release := func() {
-		if !compressed {
-			<-st.p.slots
-		}
-	}
 	dir := filepath.Join(st.dir, fmt.Sprint(st.n.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		release()
-		if follow != nil {
+		if compressed {
 			_ = follow.f.Close()
+		} else {
+			<-st.p.slots
 		}
 		return nil
 	}
@@ -298,10 +294,8 @@ func (st *stager) begin(ctx context.Context, head []byte, path string) *extracti
 				close(e.done)
 				return
 			}
-			defer func() { <-st.p.slots }()
-		} else {
-			defer release()
 		}
+		defer func() { <-st.p.slots }()
 		e.run(ctx)
 	}()
 	return e
