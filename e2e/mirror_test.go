@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -242,12 +242,11 @@ func chainIDOnNode(t *testing.T, node, ref string) string {
 	}
 	get(m.Config.Digest, &cfg)
 	require.NotEmpty(t, cfg.RootFS.DiffIDs, "%s: %s has no layers", node, ref)
-	chain := cfg.RootFS.DiffIDs[0]
-	for _, d := range cfg.RootFS.DiffIDs[1:] {
-		sum := sha256.Sum256([]byte(chain + " " + d))
-		chain = "sha256:" + hex.EncodeToString(sum[:])
+	diffIDs := make([]digest.Digest, len(cfg.RootFS.DiffIDs))
+	for i, d := range cfg.RootFS.DiffIDs {
+		diffIDs[i] = digest.Digest(d)
 	}
-	return chain
+	return identity.ChainID(diffIDs).String()
 }
 
 // requireRunsFromPreload runs the release's runnable image on a node whose agent preloaded it in
