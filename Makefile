@@ -83,6 +83,10 @@ verify: ## Check generated files are up to date and the chart lints and renders.
 fuzz: deps ## Fuzz the ISO reader for FUZZTIME (default 10m).
 	$(GO) test ./iso -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x
 
+.PHONY: fuzz-serve
+fuzz-serve: ## Fuzz the serve fast path against net/http (same bytes back) for FUZZTIME.
+	$(GO) test ./repo -run '^$$' -fuzz '^FuzzFastPathAnswersAsNetHTTP$$' -fuzztime $(FUZZTIME)
+
 .PHONY: fuzz-import
 fuzz-import: ## Fuzz the image archive importer for FUZZTIME (its stores on /dev/shm: each run creates files).
 	TMPDIR=/dev/shm $(GO) test ./preload/containerd -run '^$$' -fuzz '^FuzzImportIndex$$' -fuzztime $(FUZZTIME)

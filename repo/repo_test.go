@@ -357,7 +357,10 @@ func TestFallbacks(t *testing.T) {
 			resp, body := get(t, ts.URL+"/big.bin", nil)
 			require.Equal(t, 200, resp.StatusCode)
 			require.Equal(t, sum(big), sum(body))
-			require.Equal(t, 1.0, value(t, m.fileResponses.WithLabelValues(modeLabels[tt.mode])))
+			// Recorded once the handler returned: maybe after the client read the body.
+			require.Eventually(t, func() bool {
+				return value(t, m.fileResponses.WithLabelValues(modeLabels[tt.mode])) == 1
+			}, 10*time.Second, 10*time.Millisecond)
 		})
 	}
 }

@@ -87,17 +87,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.mux.ServeHTTP(rec, r)
 	}
-	route := r.Pattern
+	m.inFlight.Dec()
+	s.record(r.Pattern, r.Method, rec.code, rec.bytes, start)
+	*rec = recorder{}
+	recorders.Put(rec)
+}
+
+// record records a finished request: its route pattern ("" for none), method, status, body
+// bytes and the time it started.
+func (s *Server) record(route, method string, code int, n int64, start time.Time) {
 	if route == "" {
 		route = "none"
 	}
-	m.inFlight.Dec()
-	rm := m.route(route)
-	m.requestOf(rm, r.Method, rec.code).Inc()
-	rm.bytes.Add(float64(rec.bytes))
+	rm := s.metrics.route(route)
+	s.metrics.requestOf(rm, method, code).Inc()
+	rm.bytes.Add(float64(n))
 	rm.duration.Observe(time.Since(start).Seconds())
-	*rec = recorder{}
-	recorders.Put(rec)
 }
 
 // recorders are the recorders of finished requests: a handler must not use its ResponseWriter

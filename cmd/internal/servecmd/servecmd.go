@@ -110,7 +110,7 @@ func Serve(ctx context.Context, log *slog.Logger, src acquire.Source, ln net.Lis
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(server.Listener(ln, srv)); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil
