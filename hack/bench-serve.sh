@@ -9,6 +9,11 @@
 # node's upgrade step pulling from one Service, with the total throughput and the peak anonymous
 # RSS of each server during that run. Ends with one name=value line per figure.
 #
+# On a machine of two cores or more, both servers run on CPU 0 and the load on the others, so
+# that "one core each" is what is measured. The small-file load is wrk (one thread), as a Go
+# client tops out before either server does; each server's CPU time per small request is
+# printed too, a figure the load cannot cap.
+#
 # Environment: BIN (default bin/upgrade-repo), BENCH_DIR (default .cache/bench-serve, kept between
 # runs), LARGE_SIZE (default 1GiB), PARALLEL (4), CONNS (64), DURATION (5s), REPEAT (2),
 # RANGED_CLIENTS (20; 0 skips the run), RANGED_SIZE (8388608), BENCH_CHECKSUM (1: serve with
@@ -36,6 +41,13 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+# Servers on CPU 0, the load on the rest.
+server_cpu=() load_cpu=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  server_cpu=(taskset -c 0) load_cpu=(taskset -c "1-$(($(nproc) - 1))")
+fi
+wrk=$(command -v wrk || true)
+
 mkdir -p "$dir/nginx/logs"
 cat > "$dir/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -56,7 +68,7 @@ http {
   }
 }
 CONF
-nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" &
+"${server_cpu[@]}" nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" &
 pids+=($!)
 # With --iso-checksum, as the agent serves: the ISO is verified once at start and every chunk is
 # checked against its digest before its bytes first leave (BENCH_CHECKSUM=0 serves unchecked).
@@ -67,7 +79,7 @@ if [ "${BENCH_CHECKSUM:-1}" = 1 ]; then
   fi
   checksum=(--iso-checksum "sha512:$(cat "$dir/release.iso.sha512")")
 fi
-GOMAXPROCS=1 UPGRADE_REPO_LOG_LEVEL=warn "$bin" serve --iso "$dir/release.iso" "${checksum[@]}" --listen "127.0.0.1:$repo_port" &
+GOMAXPROCS=1 UPGRADE_REPO_LOG_LEVEL=warn "${server_cpu[@]}" "$bin" serve --iso "$dir/release.iso" "${checksum[@]}" --listen "127.0.0.1:$repo_port" &
 repo_pid=$!
 pids+=($repo_pid)
 
@@ -78,7 +90,7 @@ done
 nginx_pids=$(pgrep -P "${pids[0]}" | tr '\n' ',')${pids[0]}
 
 echo "bench-serve: nginx on :$nginx_port (pids $nginx_pids), upgrade-repo on :$repo_port (pid $repo_pid)" >&2
-"$dir/benchserve" \
+"${load_cpu[@]}" "$dir/benchserve" -wrk "$wrk" \
   -target "nginx=http://127.0.0.1:$nginx_port@$nginx_pids" \
   -target "upgrade-repo=http://127.0.0.1:$repo_port@$repo_pid" \
   -parallel "${PARALLEL:-4}" -conns "${CONNS:-64}" -duration "${DURATION:-5s}" -repeat "${REPEAT:-2}" \

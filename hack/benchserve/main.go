@@ -1,8 +1,9 @@
 // Command benchserve is the load client of `make bench-serve`: it measures, side by side, servers
 // that serve the same release (nginx over the extracted tree, upgrade-repo over the ISO) on
 // large-file throughput (parallel downloads of a large file), small-file requests per second
-// (many connections asking for one small file), server CPU seconds per GB sent and peak RSS, and
-// prints a table and then one name=value line per figure.
+// (many connections asking for one small file, from wrk when -wrk names it, else from a Go
+// client) and the server's CPU time per small request, server CPU seconds per GB sent and peak
+// RSS, and prints a table and then one name=value line per figure.
 package main
 
 import (
@@ -13,6 +14,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,6 +191,36 @@ func small(ctx context.Context, t target, path string, conns int, d time.Duratio
 	return done.Load(), time.Since(start), firstErr
 }
 
+// smallWrk has wrk (one thread) ask for path over conns connections for d and returns the
+// requests answered. Any answer other than 200 is an error.
+func smallWrk(ctx context.Context, wrk string, t target, path string, conns int, d time.Duration) (int64, time.Duration, error) {
+	out, err := exec.CommandContext(ctx, wrk, "-t1", "-c"+strconv.Itoa(conns), "-d"+d.String(), t.base+path).CombinedOutput()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: wrk: %w: %s", t.name, err, out)
+	}
+	if m := wrkBad.FindSubmatch(out); m != nil {
+		return 0, 0, fmt.Errorf("%s: wrk: %s", t.name, m[0])
+	}
+	m := wrkDone.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, fmt.Errorf("%s: wrk printed no request count: %s", t.name, out)
+	}
+	n, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	took, err := time.ParseDuration(string(m[2]))
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: wrk's duration %q: %w", t.name, m[2], err)
+	}
+	return n, took, nil
+}
+
+var (
+	wrkDone = regexp.MustCompile(`(\d+) requests in ([0-9.]+[a-z]+),`)
+	wrkBad  = regexp.MustCompile(`(Non-2xx or 3xx responses|Socket errors): [^\n]*`)
+)
+
 // ranged has clients download path at once, each over its own connection in ranges of rangeSize
 // bytes, from its own starting point (client i starts at i/clients of the file) round to where
 // it started: the whole file each, as every node's upgrade step pulling from one Service. It
@@ -247,6 +280,7 @@ func ranged(ctx context.Context, t target, path string, clients int, rangeSize i
 
 type result struct {
 	largeMBps, smallRPS, cpuPerGB, rssMiB, anonMiB float64
+	smallCPUus                                     float64 // server CPU per small request, best run
 	rangedMBps, rangedAnonMiB, rangedRSSMiB        float64
 }
 
@@ -266,6 +300,7 @@ func main() {
 	repeat := flag.Int("repeat", 2, "runs per target and test, interleaved; the best run counts")
 	rangedClients := flag.Int("ranged-clients", 0, "clients downloading the large file by ranges at once, once per target (0: no such run)")
 	rangedSize := flag.Int64("ranged-size", 8<<20, "bytes per range of the ranged run")
+	wrk := flag.String("wrk", "", "path of wrk, the load of the small-file runs (empty: a Go client, which tops out before the servers do)")
 	flag.Parse()
 	if len(targets) < 2 {
 		fmt.Fprintln(os.Stderr, "benchserve: give a baseline and at least one other -target")
@@ -293,11 +328,25 @@ func main() {
 			res[i].largeMBps = max(res[i].largeMBps, mbps)
 		}
 		for i, t := range targets {
-			n, d, err := small(ctx, t, *smallPath, *conns, *dur)
+			c0, err := cpuSeconds(t.pids)
+			check(err)
+			var n int64
+			var d time.Duration
+			if *wrk != "" {
+				n, d, err = smallWrk(ctx, *wrk, t, *smallPath, *conns, *dur)
+			} else {
+				n, d, err = small(ctx, t, *smallPath, *conns, *dur)
+			}
+			check(err)
+			c1, err := cpuSeconds(t.pids)
 			check(err)
 			rps := float64(n) / d.Seconds()
-			fmt.Fprintf(os.Stderr, "run %d %-12s small: %d requests in %s = %.0f req/s\n", r+1, t.name, n, d.Round(time.Millisecond), rps)
+			us := (c1 - c0) / float64(n) * 1e6
+			fmt.Fprintf(os.Stderr, "run %d %-12s small: %d requests in %s = %.0f req/s, %.2f CPU us per request\n", r+1, t.name, n, d.Round(time.Millisecond), rps, us)
 			res[i].smallRPS = max(res[i].smallRPS, rps)
+			if res[i].smallCPUus == 0 || us < res[i].smallCPUus {
+				res[i].smallCPUus = us
+			}
 		}
 	}
 	close(stop)
@@ -326,9 +375,9 @@ func main() {
 		res[i].anonMiB = anonPeaks[i]
 	}
 
-	fmt.Printf("\n%-14s %12s %12s %13s %13s %13s\n", "server", "large MB/s", "small req/s", "CPU s per GB", "peak RSS MiB", "peak anon MiB")
+	fmt.Printf("\n%-14s %12s %12s %13s %13s %13s %13s\n", "server", "large MB/s", "small req/s", "CPU us/small", "CPU s per GB", "peak RSS MiB", "peak anon MiB")
 	for i, t := range targets {
-		fmt.Printf("%-14s %12.0f %12.0f %13.3f %13.1f %13.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].cpuPerGB, res[i].rssMiB, res[i].anonMiB)
+		fmt.Printf("%-14s %12.0f %12.0f %13.2f %13.3f %13.1f %13.1f\n", t.name, res[i].largeMBps, res[i].smallRPS, res[i].smallCPUus, res[i].cpuPerGB, res[i].rssMiB, res[i].anonMiB)
 	}
 	if *rangedClients > 0 {
 		fmt.Printf("\n%d clients at once, %s by ranges of %d MiB, the whole file each:\n", *rangedClients, *largePath, *rangedSize>>20)
@@ -343,6 +392,7 @@ func main() {
 		n := strings.ReplaceAll(t.name, "-", "_")
 		fmt.Printf("large_mbps_%s=%.0f\n", n, res[i].largeMBps)
 		fmt.Printf("small_rps_%s=%.0f\n", n, res[i].smallRPS)
+		fmt.Printf("small_cpu_us_%s=%.2f\n", n, res[i].smallCPUus)
 		fmt.Printf("cpu_s_per_gb_%s=%.3f\n", n, res[i].cpuPerGB)
 		fmt.Printf("peak_rss_mib_%s=%.1f\n", n, res[i].rssMiB)
 		fmt.Printf("peak_anon_mib_%s=%.1f\n", n, res[i].anonMiB)
@@ -360,6 +410,7 @@ func main() {
 		}
 		fmt.Printf("%slarge_vs_%s=%.2f\n", prefix, targets[0].name, r.largeMBps/base.largeMBps)
 		fmt.Printf("%ssmall_vs_%s=%.2f\n", prefix, targets[0].name, r.smallRPS/base.smallRPS)
+		fmt.Printf("%ssmall_cpu_vs_%s=%.2f\n", prefix, targets[0].name, r.smallCPUus/base.smallCPUus)
 		fmt.Printf("%scpu_per_gb_vs_%s=%.2f\n", prefix, targets[0].name, r.cpuPerGB/base.cpuPerGB)
 		if *rangedClients > 0 {
 			fmt.Printf("%sranged_vs_%s=%.2f\n", prefix, targets[0].name, r.rangedMBps/base.rangedMBps)
