@@ -312,7 +312,7 @@ func parseHead(b []byte) (fastRequest, bool) {
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || len(name) == 0 || !isToken(name) {
+		if !ok || len(name) == 0 || !allIn(name, &tokenChars) {
 			return req, false
 		}
 		value = bytes.Trim(value, " \t")
@@ -334,7 +334,7 @@ func parseHead(b []byte) (fastRequest, bool) {
 		switch n := lower[:len(name)]; {
 		case string(n) == "host":
 			hosts++
-			if !plainHost(value) {
+			if !allIn(value, &hostChars) {
 				return req, false
 			}
 		case string(n) == "connection":
@@ -378,10 +378,8 @@ func cleanTarget(t []byte) bool {
 	if len(t) < 2 || t[0] != '/' || t[len(t)-1] == '/' {
 		return false
 	}
-	for _, ch := range t {
-		if !pathChar[ch] {
-			return false
-		}
+	if !allIn(t, &pathChars) {
+		return false
 	}
 	for seg := range bytes.SplitSeq(t[1:], []byte("/")) {
 		if len(seg) == 0 || string(seg) == "." || string(seg) == ".." {
@@ -391,48 +389,35 @@ func cleanTarget(t []byte) bool {
 	return true
 }
 
-// pathChar are the characters cleanTarget accepts.
-var pathChar = func() (t [256]bool) {
-	for _, ch := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~$&+,;=:@/") {
-		t[ch] = true
-	}
-	return t
-}()
+// charSet is a set of bytes.
+type charSet [256]bool
 
-// isToken reports whether b is an HTTP token (a header name).
-func isToken(b []byte) bool {
+func newCharSet(chars string) (set charSet) {
+	for i := range len(chars) {
+		set[chars[i]] = true
+	}
+	return set
+}
+
+// allIn reports whether every byte of b is in set.
+func allIn(b []byte, set *charSet) bool {
 	for _, ch := range b {
-		if !tokenChar[ch] {
+		if !set[ch] {
 			return false
 		}
 	}
 	return true
 }
 
-var tokenChar = func() (t [256]bool) {
-	for _, ch := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~") {
-		t[ch] = true
-	}
-	return t
-}()
-
-// plainHost reports whether a Host value is a host name or address with an optional port, made
-// of the characters such values plainly have (net/http is left to judge the others).
-func plainHost(b []byte) bool {
-	for _, ch := range b {
-		if !hostChar[ch] {
-			return false
-		}
-	}
-	return true
-}
-
-var hostChar = func() (t [256]bool) {
-	for _, ch := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._:[]") {
-		t[ch] = true
-	}
-	return t
-}()
+var (
+	// pathChars are the characters cleanTarget accepts.
+	pathChars = newCharSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~$&+,;=:@/")
+	// tokenChars are those of an HTTP token (a header name).
+	tokenChars = newCharSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~")
+	// hostChars are those a Host value plainly has: a host name or address with an optional
+	// port (net/http is left to judge the others).
+	hostChars = newCharSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._:[]")
+)
 
 // fastFile returns the small file named name (a path inside the image), from memory or read now
 // as the Handler reads it, or nil when there is no such small file or it cannot be read (the
