@@ -15,7 +15,11 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/servecmd"
 )
 
+// version is set at link time (-X main.version=...), as upgrade-repo's is.
+var version = ""
+
 func main() {
+	cli.ReturnServe(os.Stderr, version, os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := servecmd.Run(ctx, cli.NewLogger(os.Stderr), os.Stderr, os.Args[1:])
 	stop()

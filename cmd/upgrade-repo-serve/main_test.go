@@ -36,14 +36,41 @@ func TestUpgradeRepoServeRunsTheLeanBinary(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 
 	t.Run("lean binary beside it", func(t *testing.T) {
-		exe := serveOnce(t, filepath.Join(bin, "upgrade-repo"), iso)
+		exe, _ := serveOnce(t, filepath.Join(bin, "upgrade-repo"), iso)
 		require.Equal(t, filepath.Join(bin, "upgrade-repo-serve"), exe)
 	})
 	t.Run("alone", func(t *testing.T) {
 		alone := t.TempDir()
 		require.NoError(t, os.Link(filepath.Join(bin, "upgrade-repo"), filepath.Join(alone, "upgrade-repo")))
-		exe := serveOnce(t, filepath.Join(alone, "upgrade-repo"), iso)
+		exe, _ := serveOnce(t, filepath.Join(alone, "upgrade-repo"), iso)
 		require.Equal(t, filepath.Join(alone, "upgrade-repo"), exe)
+	})
+	// As after an upgrade that replaced upgrade-repo and left an older upgrade-repo-serve: built
+	// with another version stamp, which the build information records (-ldflags) unless the
+	// build trims paths, as images are built; the lean binary then tells by itself.
+	for _, tt := range []struct {
+		name  string
+		flags []string
+		says  string
+	}{
+		{"lean binary of another version beside it", nil, `from another build (-ldflags "", "-X main.version=v0.0.1-old")`},
+		{"lean binary of another version beside it, paths trimmed", []string{"-trimpath"}, `built as version "v0.0.1-old" and upgrade-repo as ""`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mixed := t.TempDir()
+			require.NoError(t, os.Link(filepath.Join(bin, "upgrade-repo"), filepath.Join(mixed, "upgrade-repo")))
+			args := append(append([]string{"build"}, tt.flags...), "-ldflags", "-X main.version=v0.0.1-old", "-o", mixed+"/", ".")
+			out, err := exec.CommandContext(t.Context(), "go", args...).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			exe, logs := serveOnce(t, filepath.Join(mixed, "upgrade-repo"), iso)
+			require.Equal(t, filepath.Join(mixed, "upgrade-repo"), exe, "serves in upgrade-repo's process")
+			require.Contains(t, logs, tt.says)
+		})
+	}
+	t.Run("lean binary started by itself", func(t *testing.T) {
+		exe, logs := serveOnce(t, filepath.Join(bin, "upgrade-repo-serve"), iso)
+		require.Equal(t, filepath.Join(bin, "upgrade-repo-serve"), exe)
+		require.NotContains(t, logs, "built as")
 	})
 	t.Run("usage error", func(t *testing.T) {
 		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "upgrade-repo"), "serve", "--iso", iso, "extra")
@@ -55,15 +82,19 @@ func TestUpgradeRepoServeRunsTheLeanBinary(t *testing.T) {
 	})
 }
 
-// serveOnce runs `upgrade-repo serve` on iso, checks that it serves the release, stops it with
-// SIGTERM and returns the executable the process ran when it served.
-func serveOnce(t *testing.T, upgradeRepo, iso string) string {
+// serveOnce runs `upgrade-repo serve` (or upgrade-repo-serve) on iso, checks that it serves the release, stops it with
+// SIGTERM and returns the executable the process ran when it served, and what it wrote to stderr.
+func serveOnce(t *testing.T, upgradeRepo, iso string) (string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	cmd := exec.Command(upgradeRepo, "serve", "--iso", iso, "--listen", addr)
+	args := []string{"serve", "--iso", iso, "--listen", addr}
+	if filepath.Base(upgradeRepo) == "upgrade-repo-serve" {
+		args = args[1:] // the serve command itself
+	}
+	cmd := exec.Command(upgradeRepo, args...)
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	require.NoError(t, cmd.Start())
@@ -98,7 +129,7 @@ func serveOnce(t *testing.T, upgradeRepo, iso string) string {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("still running 20s after SIGTERM: %s", &logs)
 	}
-	return exe
+	return exe, logs.String()
 }
 
 // TestLinksNoClusterPackage keeps the lean binary lean: none of the packages the other
