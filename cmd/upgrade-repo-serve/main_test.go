@@ -82,8 +82,9 @@ func TestUpgradeRepoServeRunsTheLeanBinary(t *testing.T) {
 	})
 }
 
-// serveOnce runs `upgrade-repo serve` (or upgrade-repo-serve) on iso, checks that it serves the release, stops it with
-// SIGTERM and returns the executable the process ran when it served, and what it wrote to stderr.
+// serveOnce runs `upgrade-repo serve` (or upgrade-repo-serve) on iso, checks that it serves the
+// release, stops it with SIGTERM and returns the executable the process ran when it served, and
+// what it wrote to stderr.
 func serveOnce(t *testing.T, upgradeRepo, iso string) (string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -19,7 +19,7 @@ const (
 // ExecServe replaces the process with the serve-only binary lean, running the serve command's
 // args, and tells it version (this binary's link-time version) and self (this binary's path),
 // for ReturnServe to compare and go back to. It returns only when the exec fails, or when this
-// process was handed back (ServeHere): then serve runs here.
+// process is one that ReturnServe handed back: then serve runs here.
 func ExecServe(lean, self, version string, args []string) error {
 	if os.Getenv(serveHereEnv) != "" {
 		return os.Unsetenv(serveHereEnv)
