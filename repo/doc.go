@@ -9,7 +9,10 @@
 // passes through user space. Small files are served from memory.
 //
 // Handler serves one release; Server adds /livez, /readyz and /metrics around the Handler that is
-// current, so a process can listen before its release is verified and indexed.
+// current, so a process can listen before its release is verified and indexed. Served through
+// Server.Listener, a Server answers the commonest request, a whole small file over HTTP/1.1, on
+// the connection itself, with the bytes net/http would send, and leaves every other request to
+// net/http.
 //
 // Imports: release and the standard library's HTTP; never iso, acquire, preload, peer, the
 // sequencer, api, policy or chunks (depguard rule repo, boundary test): a range check is handed
