@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,10 +98,14 @@ func (a *Agent) followISOs(ctx context.Context) {
 func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex string) {
 	hctx, release := context.WithCancel(ctx)
 	defer release()
+	var seen planSeen
 	go func() {
 		// Released only on a read of the plans that no longer lists the ISO: an API server that
 		// cannot be reached never makes the agent drop what a plan may still need.
-		_, err := a.plans.wait(hctx, func(x report.Instruction) bool { return !heldBy(x, hex) })
+		_, err := a.plans.wait(hctx, func(x report.Instruction) bool {
+			seen.note(x, hex)
+			return !heldBy(x, hex)
+		})
 		if err == nil {
 			release()
 		}
@@ -126,8 +131,9 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 		return
 	}
 	a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
-	a.unpin(ctx, rel, hex)
-	if a.installed(hex) {
+	installed := a.installed(hex) || seen.installed.Load()
+	a.unpin(ctx, rel, installed, seen.failed.Load())
+	if installed {
 		a.clean(ctx, rel) // after the unpin: the earlier releases' images are unpinned by then
 	}
 	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
@@ -137,13 +143,33 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 }
 
 // heldBy reports whether a plan of in still holds the ISO with the sha512 hex.
-func heldBy(in report.Instruction, hex string) bool {
-	for _, h := range in.Held {
+func heldBy(in report.Instruction, hex string) bool { return listed(in.Held, hex) }
+
+// listed reports whether checksums names the ISO with the sha512 hex.
+func listed(checksums []string, hex string) bool {
+	for _, h := range checksums {
 		if c, err := checksum.Parse(h); err == nil && c.Hex() == hex {
 			return true
 		}
 	}
 	return false
+}
+
+// planSeen is what an agent saw of the plans of the ISO it holds: whether one installed its
+// release or Failed, at any read while the ISO was held, including the read that released it.
+// A plan may be gone by the time the agent drops the ISO; what it saw then tells what to do with
+// the release's image pins.
+type planSeen struct {
+	installed, failed atomic.Bool
+}
+
+func (s *planSeen) note(in report.Instruction, hex string) {
+	if listed(in.Installed, hex) {
+		s.installed.Store(true)
+	}
+	if listed(in.Failed, hex) {
+		s.failed.Store(true)
+	}
 }
 
 // acquireISO gets the verified ISO: a local file, or a fetch from peers and the origin, retried
@@ -296,14 +322,19 @@ func (a *Agent) guardMetrics() prometheus.Registerer {
 }
 
 // unpin withdraws the claims on the release's images once no plan holds its ISO: when a plan that
-// installed it Succeeded, the release runs now and every other release's claim goes; otherwise
-// (the plan failed or was deleted) its own claim goes.
-func (a *Agent) unpin(ctx context.Context, rel, hex string) {
+// installed it got that far, the release runs now and every other release's claim goes; when the
+// plan Failed, its own claim goes. A plan that went away while the agent saw it neither install
+// nor fail (deleted in flight, or faster than the agent read it) leaves every claim in place:
+// the release may run on this node, and a later installed release withdraws them.
+func (a *Agent) unpin(ctx context.Context, rel string, installed, failed bool) {
 	pinner, ok := a.images.(preload.Pinner)
 	if !ok || rel == "" {
 		return
 	}
-	installed := a.installed(hex)
+	if !installed && !failed {
+		a.log.Warn("the plan of the ISO went away before this agent saw it install its release or fail: the release's image pins stay until a later release is installed", "release", rel)
+		return
+	}
 	drop := func(r string) bool { return r == rel }
 	if installed {
 		drop = func(r string) bool { return r != rel }

@@ -120,6 +120,10 @@ type Instruction struct {
 	// installed their release (CleaningUp, CleanedUp, Succeeded): releases the cluster now runs,
 	// whose images stay protected once the ISO is dropped.
 	Installed []string
+	// Failed lists, sorted and without repeats, the checksums of the ISOs of plans that Failed:
+	// with Installed, what lets an agent tell, once a plan is gone, whether its release was
+	// installed, abandoned, or neither as far as it saw.
+	Failed []string
 }
 
 // installedBy reports whether a plan in phase p has installed its release: every node runs it
@@ -165,6 +169,9 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 		if a != nil && a.ISOChecksum != "" && installedBy(p.Status.Phase) {
 			in.Installed = append(in.Installed, a.ISOChecksum)
 		}
+		if a != nil && a.ISOChecksum != "" && p.Status.Phase == v1beta1.PhaseFailed {
+			in.Failed = append(in.Failed, a.ISOChecksum)
+		}
 		if a == nil || !a.Hold || a.ISOURL == "" {
 			continue
 		}
@@ -181,5 +188,7 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	in.Held = slices.Compact(in.Held)
 	slices.Sort(in.Installed)
 	in.Installed = slices.Compact(in.Installed)
+	slices.Sort(in.Failed)
+	in.Failed = slices.Compact(in.Failed)
 	return in
 }

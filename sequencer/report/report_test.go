@@ -107,7 +107,7 @@ func TestInstructions(t *testing.T) {
 				plan("running", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", ISOChecksum: "new", Hold: true, PreloadNodes: []string{"n1"}}),
 			},
 			node: "n1",
-			want: report.Instruction{Plan: "running", ISOURL: "http://new/iso", ISOChecksum: "new", Preload: true, Held: []string{"new", "old"}},
+			want: report.Instruction{Plan: "running", ISOURL: "http://new/iso", ISOChecksum: "new", Preload: true, Held: []string{"new", "old"}, Failed: []string{"old"}},
 		},
 		{
 			name: "every held ISO is listed once, a released one is not",
@@ -135,7 +135,7 @@ func TestInstructions(t *testing.T) {
 				}(),
 			},
 			node: "n1",
-			want: report.Instruction{Installed: []string{"old"}},
+			want: report.Instruction{Installed: []string{"old"}, Failed: []string{"new"}},
 		},
 		{
 			name: "a plan cleaning up has installed its release: the agents drop the ISO before Succeeded",
