@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 )
 
@@ -76,12 +75,7 @@ func (a *Agent) installed(hex string) bool {
 		return false
 	}
 	in, _ := a.plans.current()
-	for _, c := range in.Installed {
-		if x, err := checksum.Parse(c); err == nil && x.Hex() == hex {
-			return true
-		}
-	}
-	return false
+	return listed(in.Installed, hex)
 }
 
 // clean removes the images of the releases before rel, which the node runs now, and puts the

@@ -338,7 +338,7 @@ func parseHead(b []byte) (fastRequest, bool) {
 				return req, false
 			}
 		case string(n) == "connection":
-			for _, tok := range bytes.Split(value, []byte(",")) {
+			for tok := range bytes.SplitSeq(value, []byte(",")) {
 				tok = bytes.Trim(tok, " \t")
 				switch {
 				case bytes.EqualFold(tok, []byte("close")):
@@ -357,13 +357,15 @@ func parseHead(b []byte) (fastRequest, bool) {
 	if hosts != 1 {
 		return req, false
 	}
-	switch string(target) {
-	case "/livez", "/readyz", "/metrics", "/v1/release", "/v1/bundle", "/v1/images", Prefix:
+	// Files only: the routes the Server answers otherwise (health, metrics, the release metadata)
+	// are net/http's.
+	switch req.route = pathRoute(string(target)); req.route {
+	case "GET /":
+		req.name = target[1:]
+	case "GET " + Prefix + "/":
+		req.name = target[len(Prefix)+1:]
+	default:
 		return req, false
-	}
-	req.route, req.name = "GET /", target[1:]
-	if bytes.HasPrefix(target, []byte(Prefix+"/")) {
-		req.route, req.name = "GET "+Prefix+"/", target[len(Prefix)+1:]
 	}
 	return req, len(req.name) > 0
 }

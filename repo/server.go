@@ -121,6 +121,12 @@ func contentRoute(r *http.Request) string {
 	if r.URL.RawPath != "" || p == "" || p[0] != '/' || !isClean(p) {
 		return ""
 	}
+	return pathRoute(p)
+}
+
+// pathRoute returns the pattern of the route that answers the clean path p with the release's
+// content, "" for a path another route answers (the fast path asks it too).
+func pathRoute(p string) string {
 	switch p {
 	case "/v1/release":
 		return "GET /v1/release"

@@ -19,10 +19,8 @@ func runVersion(_ context.Context, a *app, args []string) error {
 	if v == "" {
 		if bi, ok := debug.ReadBuildInfo(); ok {
 			v = bi.Main.Version
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					v += " " + s.Value
-				}
+			if rev := setting(bi, "vcs.revision"); rev != "" {
+				v += " " + rev
 			}
 		}
 	}
