@@ -29,6 +29,10 @@ type LocalISO struct {
 	complete bool
 	// verifier checks the chunks of a complete ISO again before they are served; nil until then.
 	verifier *chunks.Verifier
+	// window is how many chunks written last stay in the page cache (pages.go); recent, the
+	// chunks written last, oldest first.
+	window int
+	recent []int
 }
 
 // SHA512 returns the ISO's sha512 (hex).
@@ -228,7 +232,9 @@ func (l *LocalISO) WriteChunk(c int, data []byte, sum [sha256.Size]byte) error {
 	l.mu.Lock()
 	l.held.Set(c)
 	l.digests[c] = sum
+	old := l.remember(c)
 	l.mu.Unlock()
+	l.drop(old)
 	if err := l.SaveState(); err != nil {
 		return err
 	}

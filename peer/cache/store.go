@@ -37,6 +37,7 @@ type Store struct {
 type storeOptions struct {
 	log      *slog.Logger
 	onDamage func(sha512 string, d *chunks.DamageError)
+	window   int64
 }
 
 // Option configures a Store.
@@ -52,9 +53,15 @@ func WithOnDamage(f func(sha512 string, d *chunks.DamageError)) Option {
 	return func(o *storeOptions) { o.onDamage = f }
 }
 
+// WithCacheWindow sets how many bytes of a download, the chunks written last, stay in the
+// kernel's page cache (DefaultCacheWindow by default); the pages of the other chunks are dropped
+// once they are on disk and once they were read (see LocalISO.Release). Zero or less leaves the
+// page cache to the kernel.
+func WithCacheWindow(bytes int64) Option { return func(o *storeOptions) { o.window = bytes } }
+
 // NewStore returns a store that publishes in dir.
 func NewStore(dir *inventory.Directory, opts ...Option) *Store {
-	o := storeOptions{log: slog.New(slog.DiscardHandler)}
+	o := storeOptions{log: slog.New(slog.DiscardHandler), window: DefaultCacheWindow}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -251,7 +258,7 @@ func (s *Store) OpenPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 		return nil, fmt.Errorf("reserve %d bytes for partial ISO %s: %w", size, ppath, err)
 	}
 	l := &LocalISO{store: s, sha512: sha512, size: size, chunkSize: chunkSize, path: ppath, f: f,
-		held: inventory.NewBitmap(n), digests: make([][sha256.Size]byte, n)}
+		held: inventory.NewBitmap(n), digests: make([][sha256.Size]byte, n), window: int(s.o.window / chunkSize)}
 	if sc, ok := readSidecar(ppath + ".json"); ok &&
 		sc.SHA512 == sha512 && sc.Size == size && sc.ChunkSize == chunkSize && len(sc.Digests) == n {
 		buf := make([]byte, chunkSize)

@@ -236,6 +236,7 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 			return
 		}
 		h.Write(buf[:m])
+		r.iso.Release(int64(c)*r.iso.ChunkSize(), m)
 		c++
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != r.req.SHA512 {

@@ -133,6 +133,7 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sent, err := h.send(w, status, l, off, n)
+	l.Release(off, n)
 	h.metrics.Served(peer.KindISO, sent)
 	if err != nil {
 		h.log.Debug("ISO transfer to peer ended early", "remote", r.RemoteAddr, "sent", sent, "err", err)

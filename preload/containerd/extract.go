@@ -17,6 +17,8 @@ import (
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
 )
 
 // The extraction of one layer while its blob is written (see onepass.go): from the writer's
@@ -117,6 +119,9 @@ func (e *extraction) run(ctx context.Context) {
 	if e.follow != nil {
 		defer e.follow.f.Close()
 		e.diffID, e.err = extract(ctx, e.dir, bufio.NewReaderSize(e.follow, 256<<10), true)
+		// The blob's pages that the writer kept for this extraction (see fileWriter.dropBehind)
+		// are not needed any more; those still dirty stay.
+		pagecache.Drop(e.follow.f, 0, 0)
 		return
 	}
 	r := &pieceReader{ch: e.ch}
@@ -239,9 +244,11 @@ type follower struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	size int64 // published
-	off  int64 // read
+	off  int64 // read, by the reading goroutine
 	end  bool  // nothing more will be published
 	fail bool  // the writer gave up
+	// consumed is off, for the writer.
+	consumed atomic.Int64
 }
 
 func newFollower(f *os.File) *follower {
@@ -266,6 +273,9 @@ func (fl *follower) close(failed bool) {
 	fl.cond.Broadcast()
 }
 
+// read returns how far the extraction has read the file.
+func (fl *follower) read() int64 { return fl.consumed.Load() }
+
 // errWriterGaveUp ends the extraction of a blob that was not committed.
 var errWriterGaveUp = errors.New("the blob was not committed")
 
@@ -288,6 +298,7 @@ func (fl *follower) Read(p []byte) (int, error) {
 	}
 	n, err := fl.f.ReadAt(p, fl.off)
 	fl.off += int64(n)
+	fl.consumed.Store(fl.off)
 	if err == io.EOF && n > 0 {
 		err = nil
 	}

@@ -20,6 +20,8 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
 )
 
 // Direct ingest.
@@ -197,10 +199,29 @@ func (w *fileWriter) write(p []byte, release func()) (int, error) {
 
 // writeback starts writing back what was written since the last call, without waiting for it:
 // waiting for each chunk, as a bound on dirty pages, kept the disk's queue short and made the
-// import a fifth slower. Errors are left to the fsync at the commit.
+// import a fifth slower. Errors are left to the fsync at the commit. It then drops from the page
+// cache what earlier calls wrote back (dropBehind).
 func (w *fileWriter) writeback() {
 	_ = unix.SyncFileRange(int(w.f.Fd()), w.synced, w.off-w.synced, unix.SYNC_FILE_RANGE_WRITE)
+	w.dropBehind(max(0, w.synced-dropTrail), w.synced)
 	w.synced = w.off
+}
+
+// dropTrail is how far behind the last write-back started dropBehind tries again the pages that
+// were still being written back at its previous calls.
+const dropTrail = 4 * writebackChunk
+
+// dropBehind drops the blob's pages in [from, to) from the page cache (see package pagecache), as
+// far as a layer's extraction that follows the file has read them. Nothing else reads a blob's
+// bytes again during the import (the extraction of a plain tar is handed the writer's buffers).
+// Pages still dirty or being written back stay.
+func (w *fileWriter) dropBehind(from, to int64) {
+	if w.ext != nil && w.ext.follow != nil {
+		to = min(to, w.ext.follow.read())
+	}
+	if to > from {
+		pagecache.Drop(w.f, from, to-from)
+	}
 }
 
 // ReadFrom implements io.ReaderFrom: it reads r in one goroutine and hashes and writes in this
@@ -288,6 +309,7 @@ func (w *fileWriter) Commit(ctx context.Context, size int64, expected digest.Dig
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("direct ingest: sync: %w", err)
 	}
+	w.dropBehind(0, w.off)
 	dir := filepath.Join(w.c.d.root, "blobs", dgst.Algorithm().String())
 	target := filepath.Join(dir, dgst.Encoded())
 	switch err := os.Link(w.f.Name(), target); {

@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
 )
 
@@ -102,6 +103,26 @@ func TestDirectIngestRealContainerd(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.True(t, s.DirectIngest(), "direct ingest was given up")
+		// The layers' pages were dropped from the page cache once on disk (the manifests and
+		// configs, under 32 KiB, are read back by the import). Only the OCI archive's: the
+		// subtest before streamed the docker archive's blobs through containerd, which wrote them.
+		if pagecache.Droppable(contentRoot) {
+			layers := 0
+			for _, dg := range imageBlobs(t, s, rel.oci.Refs) {
+				f, err := os.Open(filepath.Join(contentRoot, "blobs", "sha256", dg.Encoded()))
+				require.NoError(t, err)
+				st, err := f.Stat()
+				require.NoError(t, err)
+				if st.Size() >= 32<<10 {
+					layers++
+					res, err := pagecache.Resident(f, st.Size())
+					require.NoError(t, err)
+					require.NotContains(t, res, true, "pages of layer %s still cached", dg)
+				}
+				_ = f.Close()
+			}
+			require.Positive(t, layers)
+		}
 		checkImported(t, s, append(append([]string(nil), rel.docker.Refs...), rel.oci.Refs...))
 	})
 

@@ -1,0 +1,74 @@
+package cache
+
+import (
+	"slices"
+
+	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
+)
+
+// DefaultCacheWindow is how many bytes of a download, the chunks written last, a LocalISO leaves
+// in the kernel's page cache by default (WithCacheWindow).
+const DefaultCacheWindow = 64 << 20
+
+// The page cache a download takes (see package pagecache for why it matters). A node writes the
+// whole ISO once and then reads each chunk again a few times, most of them soon after it was
+// written: to hash the file in order, and to serve the peers that ask for it. So a LocalISO being
+// filled keeps the pages of the chunks written last (the window), which its peers are the
+// likeliest to ask for, and drops the pages of the others: a chunk leaving the window once it is
+// on disk, a chunk outside it once it was read (Release). On the test machine, 20 agents sharing
+// a 1 GiB ISO spent 2.5 of their 4.9 CPU seconds each in the copies into new pages; with the
+// window, about 0.2.
+
+// remember records chunk c as written last and returns the chunks that left the window, whose
+// pages the caller drops (drop) once l.mu is released. Called with l.mu held.
+func (l *LocalISO) remember(c int) []int {
+	if l.window <= 0 {
+		return nil
+	}
+	l.recent = append(l.recent, c)
+	if len(l.recent) <= l.window {
+		return nil
+	}
+	old := slices.Clone(l.recent[:len(l.recent)-l.window])
+	l.recent = slices.Delete(l.recent, 0, len(old))
+	return old
+}
+
+// drop waits for the write-back of chunks cs (started when each was written: long done, in the
+// usual case) and drops their pages. Errors of the write-back are left to the fsync before the ISO
+// is moved into place, which reports them.
+func (l *LocalISO) drop(cs []int) {
+	for _, c := range cs {
+		pagecache.DropWritten(l.f, int64(c)*l.chunkSize, l.ChunkLen(c))
+	}
+}
+
+// Release tells that bytes [off, off+n) were read and are not needed again soon: their pages are
+// dropped from the page cache, except those of the chunks in the window.
+func (l *LocalISO) Release(off, n int64) {
+	if off < 0 || n <= 0 || off+n > l.size {
+		return
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.window <= 0 {
+		return
+	}
+	var spans [][2]int64
+	for c := int(off / l.chunkSize); int64(c)*l.chunkSize < off+n; c++ {
+		if slices.Contains(l.recent, c) {
+			continue
+		}
+		start, end := max(off, int64(c)*l.chunkSize), min(off+n, int64(c+1)*l.chunkSize)
+		if k := len(spans) - 1; k >= 0 && spans[k][1] == start {
+			spans[k][1] = end
+		} else {
+			spans = append(spans, [2]int64{start, end})
+		}
+	}
+	// Under the lock, so that the file is not closed meanwhile; the advice does not wait for
+	// the disk.
+	for _, s := range spans {
+		pagecache.Drop(l.f, s[0], s[1]-s[0])
+	}
+}
