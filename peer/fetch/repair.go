@@ -81,7 +81,7 @@ func (r *run) repair(ctx context.Context, mismatch error) (refetch bool, err err
 		"origin_bytes", originBytes, "bad_by_peer", bySource)
 	r.report()
 	hashed := make(chan error, 1)
-	r.hashInOrder(ctx, nil, hashed)
+	r.hashInOrder(ctx, nil, hashed, nil)
 	if err := <-hashed; err != nil {
 		if errors.Is(err, peer.ErrVerification) {
 			r.f.o.metrics.Verified(peer.VerifiedMismatch)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
@@ -52,6 +53,25 @@ type run struct {
 	listMu sync.Mutex
 	lists  map[string]*chunkList
 	bufs   sync.Pool
+	// order is the hash of the ISO in order running beside the run goroutine (hashInOrder);
+	// nil while none does.
+	order *inOrder
+}
+
+// inOrder is what the run goroutine shares with the hash of the ISO in order: the chunk the hash
+// needs next, and a hand-over of that chunk's bytes as they were stored, so that the hash takes
+// them from memory instead of reading them back from the file.
+type inOrder struct {
+	next atomic.Int64
+	hand chan handed
+	// fromMemory counts the chunks hashed from a hand-over.
+	fromMemory atomic.Int64
+}
+
+// handed is a chunk's bytes handed to the hash in order; the hash gives the buffer back.
+type handed struct {
+	chunk int
+	data  []byte
 }
 
 type job struct {
@@ -95,7 +115,8 @@ func (r *run) run(ctx context.Context) error {
 	}()
 	hashed := make(chan error, 1)
 	kick := make(chan struct{}, 1)
-	go r.hashInOrder(ctx, kick, hashed)
+	r.order = newInOrder()
+	go r.hashInOrder(ctx, kick, hashed, r.order)
 	tick := time.NewTicker(r.f.o.tick)
 	defer tick.Stop()
 	for {
@@ -133,9 +154,11 @@ func (r *run) run(ctx context.Context) error {
 			if !refetch {
 				return r.complete()
 			}
-			// Bad chunks were dropped: they are fetched again, and the file hashed again.
+			// Bad chunks were dropped: they are fetched again, and the file hashed again (with a
+			// hand-over of its own: one the last hash did not take may hold a dropped chunk).
 			hashed = make(chan error, 1)
-			go r.hashInOrder(ctx, kick, hashed)
+			r.order = newInOrder()
+			go r.hashInOrder(ctx, kick, hashed, r.order)
 		case <-changed:
 		case <-tick.C:
 			r.logProgress()
@@ -198,7 +221,7 @@ func (r *run) complete() error {
 	r.report()
 	r.f.log.Info("ISO fetched and verified", "sha512", r.req.SHA512[:16], "bytes", r.iso.Size(),
 		"from_peers", r.fromPeers, "from_origin", r.fromOrigin, "unvouched_chunks", len(r.weak),
-		"seconds", time.Since(r.start).Seconds())
+		"chunks_hashed_from_memory", r.order.fromMemory.Load(), "seconds", time.Since(r.start).Seconds())
 	return nil
 }
 
@@ -214,21 +237,54 @@ func (r *run) report() {
 	r.progress(p)
 }
 
+func newInOrder() *inOrder { return &inOrder{hand: make(chan handed, 2)} }
+
 // hashInOrder hashes the file chunk by chunk as the contiguous prefix of held chunks grows, so
 // that the sha512 is known as soon as the last chunk lands. It sends nil on hashed when the sum
-// matches, peer.ErrVerification when it does not, and stops early when ctx ends.
-func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error) {
+// matches, peer.ErrVerification when it does not, and stops early when ctx ends. With order, the
+// chunk it waits for may be handed over as it is stored (see keep): it is hashed from memory.
+func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error, order *inOrder) {
 	h := sha512.New()
 	buf := make([]byte, r.iso.ChunkSize())
+	var hand chan handed // nil without order: never ready
+	if order != nil {
+		hand = order.hand
+	}
+	// fromHand hashes chunk c from a hand-over, when it is c's; a stale one (a chunk hashed
+	// already, read back before its hand-over came) is given back.
+	fromHand := func(hd handed, c int) bool {
+		defer r.putBuf(hd.data)
+		if hd.chunk != c {
+			return false
+		}
+		h.Write(hd.data)
+		order.fromMemory.Add(1)
+		return true
+	}
 	for c := 0; c < r.n; {
+		if order != nil {
+			order.next.Store(int64(c))
+		}
 		if !r.iso.Has(c) {
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
+			case hd := <-hand:
+				if fromHand(hd, c) {
+					c++
+				}
 			case <-time.After(r.f.o.tick):
 			}
 			continue
+		}
+		select {
+		case hd := <-hand:
+			if fromHand(hd, c) {
+				c++
+				continue
+			}
+		default:
 		}
 		m := r.iso.ChunkLen(c)
 		if _, err := r.iso.File().ReadAt(buf[:m], int64(c)*r.iso.ChunkSize()); err != nil {
@@ -280,11 +336,16 @@ func (r *run) putBuf(b []byte) {
 
 func (r *run) finishJob(ctx context.Context, res result) {
 	j := res.job
+	handedOver := false
 	if res.data != nil {
-		defer r.putBuf(res.data)
+		defer func() {
+			if !handedOver {
+				r.putBuf(res.data)
+			}
+		}()
 	}
 	if j.part {
-		r.keep(j, res)
+		handedOver = r.keep(j, res)
 		return
 	}
 	j.cancel()
@@ -320,23 +381,31 @@ func (r *run) finishJob(ctx context.Context, res result) {
 		return
 	}
 	if !j.stream { // a stream's chunks came on their own
-		r.keep(j, res)
+		handedOver = r.keep(j, res)
 	}
 }
 
 // keep stores the verified bytes of a chunk that a job fetched, unless another job stored it
-// first, and cancels the other jobs fetching it.
-func (r *run) keep(j *job, res result) {
+// first, and cancels the other jobs fetching it. When the hash in order waits for this chunk, the
+// bytes are handed to it, and keep returns true: the buffer is the hash's to give back.
+func (r *run) keep(j *job, res result) (handedOver bool) {
 	if j.source == originSource {
 		r.originAnswered()
 	}
 	if r.iso.Has(j.chunk) {
-		return
+		return false
 	}
 	if err := r.iso.WriteChunk(j.chunk, res.data, res.sum); err != nil {
 		// The disk refuses (full, read-only): fetching more would only fail the same way.
 		r.fatal = fmt.Errorf("fetch ISO %.16s: %w", r.req.SHA512, err)
-		return
+		return false
+	}
+	if o := r.order; o != nil && o.next.Load() == int64(j.chunk) {
+		select {
+		case o.hand <- handed{chunk: j.chunk, data: res.data}:
+			handedOver = true
+		default:
+		}
 	}
 	for _, x := range r.inflight[j.chunk] {
 		x.cancel()
@@ -351,4 +420,5 @@ func (r *run) keep(j *job, res result) {
 		r.fromPeers += int64(len(res.data))
 		r.f.o.metrics.Fetched(peer.SourcePeer, int64(len(res.data)))
 	}
+	return handedOver
 }
