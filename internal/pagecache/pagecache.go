@@ -63,3 +63,10 @@ func Droppable(dir string) bool {
 	}
 	return st.Type != unix.TMPFS_MAGIC && st.Type != unix.RAMFS_MAGIC
 }
+
+// Aligned reports whether b can be read or written with direct I/O (O_DIRECT): its address and
+// length multiples of the page size.
+func Aligned(b []byte) bool {
+	page := uintptr(os.Getpagesize())
+	return len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%page == 0 && uintptr(len(b))%page == 0
+}

@@ -33,6 +33,10 @@ type LocalISO struct {
 	// chunks written last, oldest first.
 	window int
 	recent []int
+	// direct is a handle on the file for direct reads (ReadChunk), opened once; nil until then and
+	// where the file system refuses direct I/O.
+	direct     *os.File
+	directOnce sync.Once
 }
 
 // SHA512 returns the ISO's sha512 (hex).
@@ -200,9 +204,7 @@ func (l *LocalISO) Open() (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ISO again: %w", err)
 	}
-	a, aerr := f.Stat()
-	b, berr := held.Stat()
-	if aerr != nil || berr != nil || !os.SameFile(a, b) {
+	if same, _ := sameFile(f, held); !same {
 		f.Close()
 		return nil, fmt.Errorf("open ISO again: %s is no longer the file held", path)
 	}
@@ -298,4 +300,23 @@ func (l *LocalISO) Finish(final string) error {
 }
 
 // Close closes the file; the ISO stays published until RemoveISO.
-func (l *LocalISO) Close() error { return l.f.Close() }
+func (l *LocalISO) Close() error {
+	l.directOnce.Do(func() {}) // no handle opened from now on
+	if l.direct != nil {
+		l.direct.Close()
+	}
+	return l.f.Close()
+}
+
+// sameFile reports whether a and b are handles on the same file.
+func sameFile(a, b *os.File) (bool, error) {
+	as, err := a.Stat()
+	if err != nil {
+		return false, err
+	}
+	bs, err := b.Stat()
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(as, bs), nil
+}

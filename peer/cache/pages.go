@@ -1,7 +1,11 @@
 package cache
 
 import (
+	"fmt"
+	"os"
 	"slices"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
 )
@@ -71,4 +75,52 @@ func (l *LocalISO) Release(off, n int64) {
 	for _, s := range spans {
 		pagecache.Drop(l.f, s[0], s[1]-s[0])
 	}
+}
+
+// ReadChunk reads held chunk c into buf (at least ChunkLen(c) bytes) and returns its bytes. A
+// chunk in the window is read from the page cache; any other is read past it, with direct I/O
+// into buf when the file system allows it and buf is page-aligned, so that reading the ISO back
+// once (to hash it) neither fills pages that are dropped at once nor copies the bytes twice. Where
+// direct I/O is refused it reads through the page cache and drops the pages after (Release).
+func (l *LocalISO) ReadChunk(c int, buf []byte) ([]byte, error) {
+	off, n := int64(c)*l.chunkSize, l.ChunkLen(c)
+	if int64(len(buf)) < n {
+		return nil, fmt.Errorf("read chunk %d of %s: a buffer of %d bytes for %d", c, l.Path(), len(buf), n)
+	}
+	buf = buf[:n]
+	l.mu.RLock()
+	recent := slices.Contains(l.recent, c)
+	l.mu.RUnlock()
+	if !recent && l.window > 0 && pagecache.Aligned(buf) {
+		if d := l.directReader(); d != nil {
+			if _, err := d.ReadAt(buf, off); err == nil {
+				return buf, nil
+			}
+		}
+	}
+	if _, err := l.File().ReadAt(buf, off); err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", c, l.Path(), err)
+	}
+	l.Release(off, n)
+	return buf, nil
+}
+
+// directReader returns a handle on the file for direct reads, opened at the first call; nil where
+// the file system refuses direct I/O (tmpfs, before Linux 6.6), which is then not asked again.
+func (l *LocalISO) directReader() *os.File {
+	l.directOnce.Do(func() {
+		l.mu.RLock()
+		path := l.path
+		l.mu.RUnlock()
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+		if err != nil {
+			return
+		}
+		if same, _ := sameFile(f, l.File()); !same {
+			f.Close()
+			return
+		}
+		l.direct = f
+	})
+	return l.direct
 }

@@ -98,3 +98,53 @@ func TestCacheWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestReadChunk(t *testing.T) {
+	const chunk, n = 2 << 20, 6
+	const size = n*chunk - 1000 // a short last chunk
+	tests := []struct {
+		name    string
+		bufSize int
+		offset  int // of the buffer in a larger one: 1 makes it unaligned
+		wantErr string
+	}{
+		{name: "aligned buffer: direct reads outside the window", bufSize: chunk},
+		{name: "unaligned buffer: through the page cache, dropped after", bufSize: chunk, offset: 1},
+		{name: "a buffer too short", bufSize: chunk / 2, wantErr: "a buffer of 1048576 bytes for 2097152"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if !pagecache.Droppable(dir) {
+				t.Skipf("%s keeps its pages (tmpfs): nothing to drop", dir)
+			}
+			store := cache.NewStore(inventory.NewDirectory("self"), cache.WithCacheWindow(2*chunk))
+			l, err := store.OpenPartial(filepath.Join(dir, "x.iso"), "ab", size, chunk)
+			require.NoError(t, err)
+			defer l.Close()
+			chunks := make([][]byte, n)
+			for _, c := range []int{0, 2, 1, 4, 3, 5} {
+				chunks[c] = make([]byte, l.ChunkLen(c))
+				for i := range chunks[c] {
+					chunks[c][i] = byte(c*7 + i)
+				}
+				require.NoError(t, l.WriteChunk(c, chunks[c], sha256.Sum256(chunks[c])))
+			}
+			big := make([]byte, chunk+os.Getpagesize())
+			buf := big[tc.offset : tc.offset+tc.bufSize]
+			for c := range n {
+				got, err := l.ReadChunk(c, buf)
+				if tc.wantErr != "" {
+					require.ErrorContains(t, err, tc.wantErr)
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, chunks[c], got, "chunk %d", c)
+			}
+			// Read-ahead may have cached the start of a chunk after one read through the cache;
+			// what counts is that no chunk outside the window stays wholly cached.
+			full, _ := cachedChunks(t, l, n-1)
+			require.Equal(t, []int{3}, full, "chunks wholly cached (chunk 5, short, not counted)")
+		})
+	}
+}

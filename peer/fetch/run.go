@@ -286,13 +286,12 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 			}
 		default:
 		}
-		m := r.iso.ChunkLen(c)
-		if _, err := r.iso.File().ReadAt(buf[:m], int64(c)*r.iso.ChunkSize()); err != nil {
-			hashed <- fmt.Errorf("read back chunk %d: %w", c, err)
+		data, err := r.iso.ReadChunk(c, buf)
+		if err != nil {
+			hashed <- fmt.Errorf("read back: %w", err)
 			return
 		}
-		h.Write(buf[:m])
-		r.iso.Release(int64(c)*r.iso.ChunkSize(), m)
+		h.Write(data)
 		c++
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != r.req.SHA512 {
