@@ -1,7 +1,6 @@
 package chunks
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -241,7 +240,7 @@ func (v *Verifier) hash(c int) error {
 	if _, err := v.f.ReadAt(buf, off); err != nil {
 		return fmt.Errorf("check %s chunk %d: %w", v.path, c, err)
 	}
-	got := sha256.Sum256(buf)
+	got := Sum(buf)
 	want := v.sums.Digests[c]
 	v.mu.Lock()
 	if got == want {
@@ -249,12 +248,12 @@ func (v *Verifier) hash(c int) error {
 		v.mu.Unlock()
 		return nil
 	}
-	d := &DamageError{Path: v.path, Chunk: c, Offset: off, Length: n, Reason: "sha256 " + hex.EncodeToString(got[:]) +
+	d := &DamageError{Path: v.path, Chunk: c, Offset: off, Length: n, Reason: Algorithm + " " + hex.EncodeToString(got[:]) +
 		", verified as " + hex.EncodeToString(want[:])}
 	v.bad[c] = d
 	v.mu.Unlock()
 	v.log.Error("chunk damaged on disk, refusing to serve it", "path", v.path, "chunk", c, "offset", off,
-		"length", n, "sha256", hex.EncodeToString(got[:]), "want", hex.EncodeToString(want[:]))
+		"length", n, Algorithm, hex.EncodeToString(got[:]), "want", hex.EncodeToString(want[:]))
 	if v.onDamage != nil {
 		v.onDamage(d)
 	}

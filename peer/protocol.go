@@ -23,7 +23,13 @@ func Token(secret []byte) string {
 }
 
 // ChunkList is the body of GET /v1/iso/{sha512}/chunks: what a holder has of an ISO, with the
-// sha256 of each chunk it holds. peer/serve writes it, peer/fetch reads it to vouch for chunks.
+// digest of each chunk it holds (chunks.Sum, BLAKE3). peer/serve writes it, peer/fetch reads it
+// to vouch for chunks.
+//
+// The digests travel under the name of their hash: a peer of an earlier version, which sent and
+// read sha256 digests under "digests", finds none in this list and none of its own is read here,
+// so neither vouches for or against the other's chunks (they are taken as weakly verified, and
+// the sha512 of the whole ISO decides).
 type ChunkList struct {
 	// Size is the ISO's size in bytes.
 	Size int64 `json:"size"`
@@ -31,6 +37,6 @@ type ChunkList struct {
 	ChunkSize int64 `json:"chunkSize"`
 	// Complete is true when the holder verified the whole ISO.
 	Complete bool `json:"complete"`
-	// Digests holds the hex sha256 of each chunk, "" for chunks not held.
-	Digests []string `json:"digests"`
+	// Digests holds the hex digest of each chunk, "" for chunks not held.
+	Digests []string `json:"blake3"`
 }

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -25,7 +24,7 @@ type LocalISO struct {
 	mu       sync.RWMutex
 	f        *os.File
 	held     inventory.Bitmap
-	digests  [][sha256.Size]byte
+	digests  []chunks.Digest
 	complete bool
 	// verifier checks the chunks of a complete ISO again before they are served; nil until then.
 	verifier *chunks.Verifier
@@ -81,8 +80,8 @@ func (l *LocalISO) ChunkLen(c int) int64 {
 	return min(l.chunkSize, l.size-off)
 }
 
-// Digest returns the sha256 recorded for chunk c (zero when it was never held).
-func (l *LocalISO) Digest(c int) [sha256.Size]byte {
+// Digest returns the digest recorded for chunk c (zero when it was never held).
+func (l *LocalISO) Digest(c int) chunks.Digest {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.digests[c]
@@ -110,7 +109,7 @@ func (l *LocalISO) HasRange(off, n int64) bool {
 	return true
 }
 
-// ChunkDigests returns the hex sha256 of every chunk, "" for the chunks not held.
+// ChunkDigests returns the hex digest of every chunk, "" for the chunks not held.
 func (l *LocalISO) ChunkDigests() []string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -221,10 +220,10 @@ func (l *LocalISO) publish() {
 	}
 }
 
-// WriteChunk stores chunk c, whose bytes the caller verified and whose sha256 is sum, records it
+// WriteChunk stores chunk c, whose bytes the caller verified and whose digest is sum, records it
 // beside the partial download (so that a restart resumes with it) and publishes it. Only the
 // Fetcher filling this download calls it. An error means the disk refused the bytes or the record.
-func (l *LocalISO) WriteChunk(c int, data []byte, sum [sha256.Size]byte) error {
+func (l *LocalISO) WriteChunk(c int, data []byte, sum chunks.Digest) error {
 	if _, err := l.f.WriteAt(data, int64(c)*l.chunkSize); err != nil {
 		return fmt.Errorf("write chunk %d of %s: %w", c, l.path, err)
 	}

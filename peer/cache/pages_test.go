@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,10 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/internal/pagecache"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 )
+
+// chunksum is the digest of a chunk's bytes.
+var chunksum = chunks.Sum
 
 // cachedChunks returns which chunks of l have every page in the page cache, and which have none.
 func cachedChunks(t *testing.T, l *cache.LocalISO, n int) (full, none []int) {
@@ -72,7 +75,7 @@ func TestCacheWindow(t *testing.T) {
 				for i := range chunks[c] {
 					chunks[c][i] = byte(c*7 + i)
 				}
-				require.NoError(t, l.WriteChunk(c, chunks[c], sha256.Sum256(chunks[c])))
+				require.NoError(t, l.WriteChunk(c, chunks[c], chunksum(chunks[c])))
 			}
 			// Read back through a handle without read-ahead, which would cache the start of the
 			// next chunk.
@@ -128,7 +131,7 @@ func TestReadChunk(t *testing.T) {
 				for i := range chunks[c] {
 					chunks[c][i] = byte(c*7 + i)
 				}
-				require.NoError(t, l.WriteChunk(c, chunks[c], sha256.Sum256(chunks[c])))
+				require.NoError(t, l.WriteChunk(c, chunks[c], chunksum(chunks[c])))
 			}
 			big := make([]byte, chunk+os.Getpagesize())
 			buf := big[tc.offset : tc.offset+tc.bufSize]

@@ -14,10 +14,13 @@ import (
 // so that an unchanged file is not hashed again at the next start, and a changed one is named
 // chunk by chunk and keeps its intact chunks.
 type sidecar struct {
-	SHA512    string   `json:"sha512"`
-	Size      int64    `json:"size"`
-	ChunkSize int64    `json:"chunkSize"`
-	Digests   []string `json:"digests"`
+	SHA512    string `json:"sha512"`
+	Size      int64  `json:"size"`
+	ChunkSize int64  `json:"chunkSize"`
+	// Digest names the hash of Digests: chunks.Algorithm; absent in the records of earlier
+	// versions, whose digests are sha256 (legacySHA256).
+	Digest  string   `json:"digest,omitempty"`
+	Digests []string `json:"digests"`
 	// Verified is the Stamp of the file whose sha512 was verified: absent beside a partial
 	// download, and removed once a chunk of the file is found damaged.
 	Verified *chunks.Stamp `json:"verified,omitempty"`
@@ -33,8 +36,20 @@ func readSidecar(p string) (sidecar, bool) {
 	return sc, true
 }
 
-// writeSidecar replaces the record at p, atomically.
+// current reports whether the record's digests are of chunks.Algorithm.
+func (sc sidecar) current() bool { return sc.Digest == chunks.Algorithm }
+
+// legacySHA256 reports whether the record was written by an earlier version, whose chunk digests
+// are sha256: a partial download is still resumed from it (OpenPartial checks its chunks with
+// sha256); a verified ISO is hashed again.
+func (sc sidecar) legacySHA256() bool { return sc.Digest == "" }
+
+// writeSidecar replaces the record at p, atomically. Digests given without their hash's name are
+// of chunks.Algorithm.
 func writeSidecar(p string, sc sidecar) error {
+	if sc.Digest == "" {
+		sc.Digest = chunks.Algorithm
+	}
 	b, err := json.Marshal(sc)
 	if err != nil {
 		return fmt.Errorf("encode download state: %w", err)

@@ -164,7 +164,7 @@ func (s *Store) OpenCached(path, want string, chunkSize int64) (l *LocalISO, reu
 // it was verified as it is now; nil when it must be hashed.
 func (s *Store) reuse(path, want string, chunkSize int64) (*LocalISO, error) {
 	sc, ok := readSidecar(path + ".json")
-	if !ok || sc.Verified == nil || sc.SHA512 != want || sc.ChunkSize != chunkSize {
+	if !ok || !sc.current() || sc.Verified == nil || sc.SHA512 != want || sc.ChunkSize != chunkSize {
 		return nil, nil
 	}
 	sums, err := chunks.ParseHex(sc.Size, sc.ChunkSize, sc.Digests)
@@ -219,9 +219,9 @@ func (s *Store) Salvage(path, sha512 string) (bool, error) {
 // changedChunks compares the chunk digests of the ISO at path with those recorded beside it when it
 // was verified, logs each chunk that differs and returns them for an error message ("" when no
 // record fits).
-func (s *Store) changedChunks(path, sha512 string, size, chunkSize int64, now [][sha256.Size]byte) string {
+func (s *Store) changedChunks(path, sha512 string, size, chunkSize int64, now []chunks.Digest) string {
 	sc, ok := readSidecar(path + ".json")
-	if !ok || sc.SHA512 != sha512 || sc.Size != size || sc.ChunkSize != chunkSize || len(sc.Digests) != len(now) {
+	if !ok || !sc.current() || sc.SHA512 != sha512 || sc.Size != size || sc.ChunkSize != chunkSize || len(sc.Digests) != len(now) {
 		return ""
 	}
 	var out []string
@@ -258,8 +258,8 @@ func (s *Store) OpenPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 		return nil, fmt.Errorf("reserve %d bytes for partial ISO %s: %w", size, ppath, err)
 	}
 	l := &LocalISO{store: s, sha512: sha512, size: size, chunkSize: chunkSize, path: ppath, f: f,
-		held: inventory.NewBitmap(n), digests: make([][sha256.Size]byte, n), window: int(s.o.window / chunkSize)}
-	if sc, ok := readSidecar(ppath + ".json"); ok &&
+		held: inventory.NewBitmap(n), digests: make([]chunks.Digest, n), window: int(s.o.window / chunkSize)}
+	if sc, ok := readSidecar(ppath + ".json"); ok && (sc.current() || sc.legacySHA256()) &&
 		sc.SHA512 == sha512 && sc.Size == size && sc.ChunkSize == chunkSize && len(sc.Digests) == n {
 		buf := make([]byte, chunkSize)
 		for c, d := range sc.Digests {
@@ -270,8 +270,13 @@ func (s *Store) OpenPartial(path, sha512 string, size, chunkSize int64) (*LocalI
 			if _, err := f.ReadAt(buf[:m], int64(c)*chunkSize); err != nil {
 				continue
 			}
-			sum := sha256.Sum256(buf[:m])
-			if hex.EncodeToString(sum[:]) == d {
+			sum := chunks.Sum(buf[:m])
+			recorded := sum[:]
+			if sc.legacySHA256() {
+				old := sha256.Sum256(buf[:m])
+				recorded = old[:]
+			}
+			if hex.EncodeToString(recorded) == d {
 				l.held.Set(c)
 				l.digests[c] = sum
 			}

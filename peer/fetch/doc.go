@@ -10,8 +10,9 @@
 // # Trust
 //
 // The sha512 of the whole ISO, given by the operator, is the only anchor of trust; peers are never
-// believed. Every holder computes the sha256 of each chunk as it stores it and publishes the list
-// at /v1/iso/{sha512}/chunks. When a chunk arrives from peer P, its sha256 is compared with the
+// believed. Every holder computes the digest of each chunk (chunks.Sum: BLAKE3) as it stores it and
+// publishes the list at /v1/iso/{sha512}/chunks. When a chunk arrives from peer P, its digest is
+// compared with the
 // digests that the other holders (never P itself) advertise for that chunk, and the digest most of
 // them agree on wins; bytes that disagree are thrown away, P is avoided for a while and the chunk
 // is fetched from another source. The holders asked include the live members whose inventory the

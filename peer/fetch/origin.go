@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
@@ -188,7 +188,7 @@ func (r *run) stream(ctx context.Context, j *job) result {
 		}
 		part := &job{chunk: c, source: originSource, started: j.started, cancel: func() {}, part: true}
 		select {
-		case r.results <- result{job: part, data: data, sum: sha256.Sum256(data)}:
+		case r.results <- result{job: part, data: data, sum: chunks.Sum(data)}:
 		case <-ctx.Done():
 			r.putBuf(data)
 			return result{err: ctx.Err()}

@@ -3,7 +3,6 @@ package fetch
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
@@ -25,7 +25,7 @@ type chunkList struct {
 }
 
 // fetchChunk fetches one chunk and verifies what it can: the length always, and for a peer's
-// bytes the sha256 that the other holders advertise.
+// bytes the digest (chunks.Sum) that the other holders advertise.
 func (r *run) fetchChunk(ctx context.Context, j *job) result {
 	off := int64(j.chunk) * r.iso.ChunkSize()
 	n := r.iso.ChunkLen(j.chunk)
@@ -35,7 +35,7 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 			r.putBuf(data)
 			return result{err: err}
 		}
-		return result{data: data, sum: sha256.Sum256(data)}
+		return result{data: data, sum: chunks.Sum(data)}
 	}
 	url := "http://" + j.addr + "/v1/iso/" + r.req.SHA512
 	w, err := r.watchedGet(ctx, url, off, n, true)
@@ -51,14 +51,14 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 		r.putBuf(data)
 		return result{err: fmt.Errorf("GET %s chunk %d: %w", redact.URL(url), j.chunk, w.cause(err))}
 	}
-	sum := sha256.Sum256(data)
+	sum := chunks.Sum(data)
 	want, vouched := r.vouch(ctx, j.chunk, j.source)
 	if !vouched {
 		return result{data: data, sum: sum, weak: true}
 	}
 	if !bytes.Equal(want, sum[:]) {
 		r.putBuf(data)
-		return result{bad: true, err: fmt.Errorf("chunk %d from %s: sha256 %x, other holders agree on %x: %w", j.chunk, j.source, sum, want, peer.ErrVerification)}
+		return result{bad: true, err: fmt.Errorf("chunk %d from %s: %s %x, other holders agree on %x: %w", j.chunk, j.source, chunks.Algorithm, sum, want, peer.ErrVerification)}
 	}
 	return result{data: data, sum: sum}
 }
@@ -66,7 +66,7 @@ func (r *run) fetchChunk(ctx context.Context, j *job) result {
 // maxUnknownVoters bounds how many members whose inventory is not known yet are asked to vouch.
 const maxUnknownVoters = 8
 
-// vouch returns the sha256 of chunk c that a strict majority of the holders other than source
+// vouch returns the digest of chunk c that a strict majority of the holders other than source
 // advertise, refreshing their lists when they do not cover c yet. The holders are those the
 // directory knows of, and the live members whose inventory it has not received yet: a node that
 // just joined through one seed knows only the seed's inventory until gossip brings the others',

@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 )
@@ -88,7 +88,7 @@ type job struct {
 type result struct {
 	job  *job
 	data []byte
-	sum  [sha256.Size]byte
+	sum  chunks.Digest
 	weak bool
 	err  error
 	bad  bool // the bytes failed verification

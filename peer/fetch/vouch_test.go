@@ -1,12 +1,18 @@
 package fetch_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 
 // lyingWriter changes one byte of every write of an ISO range: a holder whose bytes are bad
@@ -91,4 +97,61 @@ func TestRepairFromTheOriginIsCounted(t *testing.T) {
 	require.Zero(t, p.FromPeers)
 	require.InDelta(t, 1.0, metricValue(t, late, "upgrade_repo_peer_verification_failures_total", "iso"), 0)
 	require.InDelta(t, float64(len(data)), metricValue(t, late, "upgrade_repo_peer_fetched_bytes_total", "origin"), 0)
+}
+
+// earlierList wraps a node's handler so that its chunk list is as a peer of an earlier version
+// sent it: the sha256 of each held chunk of data, under "digests".
+func earlierList(data []byte) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasSuffix(r.URL.Path, "/chunks") {
+				h.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			var now peer.ChunkList
+			if err := json.Unmarshal(rec.Body.Bytes(), &now); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			old := make([]string, len(now.Digests))
+			for c, d := range now.Digests {
+				if d != "" {
+					sum := sha256.Sum256(data[int64(c)*now.ChunkSize : min(int64(len(data)), int64(c+1)*now.ChunkSize)])
+					old[c] = hex.EncodeToString(sum[:])
+				}
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"size": now.Size, "chunkSize": now.ChunkSize, "complete": now.Complete, "digests": old})
+		})
+	}
+}
+
+// In a ring where a peer of an earlier version (sha256 chunk lists) and a peer of this version
+// hold the ISO, a node takes chunks from both: the earlier peer's list is neither believed nor held
+// against the other's honest chunks (they are taken as weakly verified), and the sha512 of the
+// whole ISO passes without the origin.
+func TestAPeerOfAnEarlierVersionNeitherVouchesNorAccuses(t *testing.T) {
+	t.Parallel()
+	data, sha := isoData(t, 4<<20)
+	o := newOrigin(t, data)
+	earlier := startNode(t, "earlier", nil, nodeConfig{wrap: earlierList(data)})
+	_, _, err := earlier.fetch(t.Context(), sha, o.url())
+	require.NoError(t, err)
+	now := startNode(t, "now", []string{earlier.gossip.Addr()}, nodeConfig{})
+	waitFor(t, now.dir, "the ISO to be advertised", func() bool { return len(now.dir.ISOHolders(sha)) == 1 })
+	_, _, err = now.fetch(t.Context(), sha, "")
+	require.NoError(t, err)
+	sent := o.sent.Load()
+
+	late := startNode(t, "late", []string{earlier.gossip.Addr(), now.gossip.Addr()}, nodeConfig{})
+	waitFor(t, late.dir, "both holders", func() bool { return len(late.dir.ISOHolders(sha)) == 2 })
+	_, p, err := late.fetch(t.Context(), sha, o.url())
+	require.NoError(t, err)
+	late.requireISO(t, data)
+	require.Zero(t, metricValue(t, late, "upgrade_repo_peer_verification_failures_total", "chunk"),
+		"no honest chunk was refused for a digest of another hash")
+	require.Zero(t, metricValue(t, late, "upgrade_repo_peer_verification_failures_total", "iso"))
+	require.Equal(t, sent, o.sent.Load(), "the origin was not needed")
+	require.EqualValues(t, len(data), p.FromPeers)
 }

@@ -21,7 +21,7 @@ import (
 //
 //	GET/HEAD /v1/iso/{sha512}          the ISO bytes held (Range requests; a partial download
 //	                                   serves only the chunks it holds, 416 otherwise)
-//	GET      /v1/iso/{sha512}/chunks   the sha256 of every held chunk (ChunkList as JSON)
+//	GET      /v1/iso/{sha512}/chunks   the digest of every held chunk (ChunkList as JSON)
 //
 // Peers prove that they are members of the ring with a bearer token (see peer.Token); the ISO paths
 // ask for it when one is configured (see RequireToken).
