@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,7 +37,17 @@ type LocalISO struct {
 	// where the file system refuses direct I/O.
 	direct     *os.File
 	directOnce sync.Once
+	// savedAt is when the record of the chunks held was written last (WriteChunk); unsaved, that
+	// chunks were written since.
+	savedAt time.Time
+	unsaved bool
 }
+
+// saveEvery is how often at most WriteChunk rewrites the record of the chunks held: the record
+// holds every chunk's digest, so rewriting it per chunk would cost more the larger the ISO (a
+// 6 GiB ISO: 1,536 records of up to 100 KB). A node that stops between two takes the chunks of
+// the last second again; a Fetch that ends writes it (Flush).
+const saveEvery = time.Second
 
 // SHA512 returns the ISO's sha512 (hex).
 func (l *LocalISO) SHA512() string { return l.sha512 }
@@ -236,11 +247,33 @@ func (l *LocalISO) WriteChunk(c int, data []byte, sum chunks.Digest) error {
 	old := l.remember(c)
 	l.mu.Unlock()
 	l.drop(old)
-	if err := l.SaveState(); err != nil {
-		return err
+	l.mu.Lock()
+	due := time.Since(l.savedAt) >= saveEvery
+	l.unsaved = !due
+	if due {
+		l.savedAt = time.Now()
+	}
+	l.mu.Unlock()
+	if due {
+		if err := l.SaveState(); err != nil {
+			return err
+		}
 	}
 	l.publish()
 	return nil
+}
+
+// Flush writes the record of the chunks held when WriteChunk left chunks out of it, unless the
+// ISO is complete or closed. The Fetcher calls it when a Fetch ends, whatever ended it.
+func (l *LocalISO) Flush() error {
+	l.mu.Lock()
+	unsaved := l.unsaved && !l.complete
+	l.unsaved = false
+	l.mu.Unlock()
+	if !unsaved {
+		return nil
+	}
+	return l.SaveState()
 }
 
 // DropChunk forgets chunk c, found bad after it was stored, and publishes that it is no longer
@@ -300,6 +333,9 @@ func (l *LocalISO) Finish(final string) error {
 
 // Close closes the file; the ISO stays published until RemoveISO.
 func (l *LocalISO) Close() error {
+	l.mu.Lock()
+	l.unsaved = false // nothing to record of a file no longer open (or removed)
+	l.mu.Unlock()
 	l.directOnce.Do(func() {}) // no handle opened from now on
 	if l.direct != nil {
 		l.direct.Close()

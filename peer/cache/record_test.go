@@ -151,3 +151,38 @@ func TestOpenCachedHashesAnISORecordedWithAnotherHash(t *testing.T) {
 	require.Equal(t, chunks.Sum(data[chunk:2*chunk]), l.Digest(1))
 	require.Equal(t, chunks.Algorithm, readRecord(t, path+".json").Digest, "recorded anew")
 }
+
+// Chunks written in quick succession are recorded at most once a second, and all of them once the
+// download's Flush runs; a closed download is not recorded again.
+func TestWriteChunkRecordsAtMostEverySecond(t *testing.T) {
+	const chunk, n = 1 << 20, 4
+	data := make([]byte, n*chunk)
+	for i := range data {
+		data[i] = byte(i * 3)
+	}
+	whole := sha512.Sum512(data)
+	sum := hex.EncodeToString(whole[:])
+	path := filepath.Join(t.TempDir(), sum+".iso")
+	l, err := cache.NewStore(inventory.NewDirectory("self")).OpenPartial(path, sum, int64(len(data)), chunk)
+	require.NoError(t, err)
+	held := func() []int {
+		var out []int
+		for c, d := range readRecord(t, path+".partial.json").Digests {
+			if d != "" {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for c := range 3 {
+		require.NoError(t, l.WriteChunk(c, data[c*chunk:(c+1)*chunk], chunks.Sum(data[c*chunk:(c+1)*chunk])))
+	}
+	require.Equal(t, []int{0}, held(), "recorded with the first chunk, not again within the second")
+	require.NoError(t, l.Flush())
+	require.Equal(t, []int{0, 1, 2}, held())
+
+	require.NoError(t, l.WriteChunk(3, data[3*chunk:], chunks.Sum(data[3*chunk:])))
+	require.NoError(t, l.Close())
+	require.NoError(t, l.Flush())
+	require.Equal(t, []int{0, 1, 2}, held(), "nothing recorded after Close")
+}

@@ -125,7 +125,11 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request, progress func(Progress
 		load: map[string]int{}, lists: map[string]*chunkList{}, seen: map[string]*ownerSeen{},
 		results: make(chan result, 64), probes: make(chan probeResult, 16), start: time.Now(), membersChanged: time.Now(),
 		noRanges: !ranges, originRetry: f.retryPolicy().Start(), lastLog: time.Now(), lastHeld: l.HeldBytes()}
-	return l, r.run(ctx)
+	err := r.run(ctx)
+	if ferr := l.Flush(); ferr != nil {
+		f.log.Warn("record the chunks held: a restart will fetch the last ones again", "path", l.Path(), "err", ferr)
+	}
+	return l, err
 }
 
 // openCached publishes the copy at req.Path, or returns nil when it does not verify: it is then
