@@ -288,7 +288,8 @@ func (l *LocalISO) DropChunk(c int) {
 // SaveState records beside the partial download the digests of the chunks held, so that a restart
 // resumes with them.
 func (l *LocalISO) SaveState() error {
-	return writeSidecar(l.Path()+".json", sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize, Digests: l.ChunkDigests()})
+	return writeSidecar(l.Path()+".json", sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize,
+		Digest: chunks.Algorithm, Digests: l.ChunkDigests()})
 }
 
 // saveVerified records beside a complete ISO, just verified, the digests of its chunks and the
@@ -300,7 +301,7 @@ func (l *LocalISO) saveVerified() error {
 	}
 	stamp := chunks.StampOf(st)
 	return writeSidecar(l.Path()+".json", sidecar{SHA512: l.sha512, Size: l.size, ChunkSize: l.chunkSize,
-		Digests: l.ChunkDigests(), Verified: &stamp})
+		Digest: chunks.Algorithm, Digests: l.ChunkDigests(), Verified: &stamp})
 }
 
 // Finish marks the ISO complete once the caller verified its sha512, syncs it, moves it to its

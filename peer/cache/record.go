@@ -44,12 +44,8 @@ func (sc sidecar) current() bool { return sc.Digest == chunks.Algorithm }
 // sha256); a verified ISO is hashed again.
 func (sc sidecar) legacySHA256() bool { return sc.Digest == "" }
 
-// writeSidecar replaces the record at p, atomically. Digests given without their hash's name are
-// of chunks.Algorithm.
+// writeSidecar replaces the record at p, atomically.
 func writeSidecar(p string, sc sidecar) error {
-	if sc.Digest == "" {
-		sc.Digest = chunks.Algorithm
-	}
 	b, err := json.Marshal(sc)
 	if err != nil {
 		return fmt.Errorf("encode download state: %w", err)

@@ -186,3 +186,48 @@ func TestWriteChunkRecordsAtMostEverySecond(t *testing.T) {
 	require.NoError(t, l.Flush())
 	require.Equal(t, []int{0, 1, 2}, held(), "nothing recorded after Close")
 }
+
+// A verified ISO recorded by an earlier version (sha256 digests) that changed on disk keeps its
+// intact chunks: Salvage keeps the record's hash, and the partial download resumes from it.
+func TestSalvageKeepsTheChunksOfAnEarlierRecord(t *testing.T) {
+	const chunk, n = 1 << 20, 4
+	data := make([]byte, n*chunk)
+	for i := range data {
+		data[i] = byte(i * 17)
+	}
+	whole := sha512.Sum512(data)
+	sum := hex.EncodeToString(whole[:])
+	path := filepath.Join(t.TempDir(), sum+".iso")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	stamp := chunks.StampOf(st)
+	digests := make([]string, n)
+	for c := range n {
+		d := sha256.Sum256(data[c*chunk : (c+1)*chunk])
+		digests[c] = hex.EncodeToString(d[:])
+	}
+	writeRecord(t, path+".json", record{SHA512: sum, Size: int64(len(data)), ChunkSize: chunk, Digests: digests, Verified: &stamp})
+	// Chunk 2 changes on disk.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{^data[2*chunk+5]}, 2*chunk+5)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	store := cache.NewStore(inventory.NewDirectory("self"))
+	salvaged, err := store.Salvage(path, sum)
+	require.NoError(t, err)
+	require.True(t, salvaged)
+	require.Empty(t, readRecord(t, path+".partial.json").Digest, "still the earlier record's hash")
+	l, err := store.OpenPartial(path, sum, int64(len(data)), chunk)
+	require.NoError(t, err)
+	defer l.Close()
+	var held []int
+	for c := range n {
+		if l.Has(c) {
+			held = append(held, c)
+		}
+	}
+	require.Equal(t, []int{0, 1, 3}, held)
+}

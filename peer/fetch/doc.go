@@ -12,18 +12,17 @@
 // The sha512 of the whole ISO, given by the operator, is the only anchor of trust; peers are never
 // believed. Every holder computes the digest of each chunk (chunks.Sum: BLAKE3) as it stores it and
 // publishes the list at /v1/iso/{sha512}/chunks. When a chunk arrives from peer P, its digest is
-// compared with the
-// digests that the other holders (never P itself) advertise for that chunk, and the digest most of
-// them agree on wins; bytes that disagree are thrown away, P is avoided for a while and the chunk
-// is fetched from another source. The holders asked include the live members whose inventory the
-// directory has not received yet, so a node that joined through one holder still has its chunks
-// vouched for. A chunk that no other holder can vouch for is accepted but remembered as weakly
-// verified, with its source. When the final sha512 fails, every weakly verified chunk is checked
-// again against the holders known by then (the bad ones are dropped and fetched again from
-// peers); only when that finds nothing are they fetched again from the origin and compared: the
-// sources of the chunks that differ are avoided, the origin's bytes are kept, and the whole file is
-// hashed again. A holder that lies consistently in its digests and its bytes can therefore cost a
-// re-fetch, never a corrupt ISO.
+// compared with the digests that the other holders (never P itself) advertise for that chunk, and
+// the digest most of them agree on wins; bytes that disagree are thrown away, P is avoided for a
+// while and the chunk is fetched from another source. The holders asked include the live members
+// whose inventory the directory has not received yet, so a node that joined through one holder
+// still has its chunks vouched for. A chunk that no other holder can vouch for is accepted but
+// remembered as weakly verified, with its source. When the final sha512 fails, every weakly
+// verified chunk is checked again against the holders known by then (the bad ones are dropped and
+// fetched again from peers); only when that finds nothing are they fetched again from the origin
+// and compared: the sources of the chunks that differ are avoided, the origin's bytes are kept, and
+// the whole file is hashed again. A holder that lies consistently in its digests and its bytes can
+// therefore cost a re-fetch, never a corrupt ISO.
 //
 // # Sharing the origin
 //
