@@ -37,17 +37,21 @@ type LocalISO struct {
 	// where the file system refuses direct I/O.
 	direct     *os.File
 	directOnce sync.Once
-	// savedAt is when the record of the chunks held was written last (WriteChunk); unsaved, that
-	// chunks were written since.
+	// savedAt is when the record of the chunks held was written last (WriteChunk); unsaved, how
+	// many bytes of chunks were written since.
 	savedAt time.Time
-	unsaved bool
+	unsaved int64
 }
 
-// saveEvery is how often at most WriteChunk rewrites the record of the chunks held: the record
-// holds every chunk's digest, so rewriting it per chunk would cost more the larger the ISO (a
-// 6 GiB ISO: 1,536 records of up to 100 KB). A node that stops between two takes the chunks of
-// the last second again; a Fetch that ends writes it (Flush).
-const saveEvery = time.Second
+// The record of the chunks held holds every chunk's digest: rewritten per chunk it would cost
+// more the larger the ISO (a 6 GiB ISO: 1,536 records of up to 100 KB). WriteChunk rewrites it
+// once saveBytes of chunks are left out of it, or saveEvery after it was written last, whichever
+// comes first; a Fetch that ends writes it (Flush). A node killed in between takes at most that
+// much again.
+const (
+	saveBytes = 16 << 20
+	saveEvery = time.Second
+)
 
 // SHA512 returns the ISO's sha512 (hex).
 func (l *LocalISO) SHA512() string { return l.sha512 }
@@ -248,10 +252,10 @@ func (l *LocalISO) WriteChunk(c int, data []byte, sum chunks.Digest) error {
 	l.mu.Unlock()
 	l.drop(old)
 	l.mu.Lock()
-	due := time.Since(l.savedAt) >= saveEvery
-	l.unsaved = !due
+	l.unsaved += int64(len(data))
+	due := l.unsaved >= saveBytes || time.Since(l.savedAt) >= saveEvery
 	if due {
-		l.savedAt = time.Now()
+		l.unsaved, l.savedAt = 0, time.Now()
 	}
 	l.mu.Unlock()
 	if due {
@@ -267,8 +271,8 @@ func (l *LocalISO) WriteChunk(c int, data []byte, sum chunks.Digest) error {
 // ISO is complete or closed. The Fetcher calls it when a Fetch ends, whatever ended it.
 func (l *LocalISO) Flush() error {
 	l.mu.Lock()
-	unsaved := l.unsaved && !l.complete
-	l.unsaved = false
+	unsaved := l.unsaved > 0 && !l.complete
+	l.unsaved = 0
 	l.mu.Unlock()
 	if !unsaved {
 		return nil
@@ -335,7 +339,7 @@ func (l *LocalISO) Finish(final string) error {
 // Close closes the file; the ISO stays published until RemoveISO.
 func (l *LocalISO) Close() error {
 	l.mu.Lock()
-	l.unsaved = false // nothing to record of a file no longer open (or removed)
+	l.unsaved = 0 // nothing to record of a file no longer open (or removed)
 	l.mu.Unlock()
 	l.directOnce.Do(func() {}) // no handle opened from now on
 	if l.direct != nil {

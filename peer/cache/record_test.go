@@ -152,82 +152,54 @@ func TestOpenCachedHashesAnISORecordedWithAnotherHash(t *testing.T) {
 	require.Equal(t, chunks.Algorithm, readRecord(t, path+".json").Digest, "recorded anew")
 }
 
-// Chunks written in quick succession are recorded at most once a second, and all of them once the
-// download's Flush runs; a closed download is not recorded again.
-func TestWriteChunkRecordsAtMostEverySecond(t *testing.T) {
-	const chunk, n = 1 << 20, 4
-	data := make([]byte, n*chunk)
-	for i := range data {
-		data[i] = byte(i * 3)
+// Chunks written in quick succession are recorded once 16 MiB of them are left out of the record
+// (or a second after it was written), and all of them once the download's Flush runs; a closed
+// download is not recorded again.
+func TestWriteChunkRecordsEvery16MiB(t *testing.T) {
+	tests := []struct {
+		name     string
+		chunk    int
+		wantHeld []int // recorded after chunks 0, 1 and 2 were written
+	}{
+		{name: "small chunks: the first recorded, the next two not yet", chunk: 1 << 20, wantHeld: []int{0}},
+		{name: "16 MiB left out: recorded", chunk: 8 << 20, wantHeld: []int{0, 1, 2}},
 	}
-	whole := sha512.Sum512(data)
-	sum := hex.EncodeToString(whole[:])
-	path := filepath.Join(t.TempDir(), sum+".iso")
-	l, err := cache.NewStore(inventory.NewDirectory("self")).OpenPartial(path, sum, int64(len(data)), chunk)
-	require.NoError(t, err)
-	held := func() []int {
-		var out []int
-		for c, d := range readRecord(t, path+".partial.json").Digests {
-			if d != "" {
-				out = append(out, c)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			chunk, n := tc.chunk, 4
+			data := make([]byte, n*chunk)
+			for i := range data {
+				data[i] = byte(i * 3)
 			}
-		}
-		return out
-	}
-	for c := range 3 {
-		require.NoError(t, l.WriteChunk(c, data[c*chunk:(c+1)*chunk], chunks.Sum(data[c*chunk:(c+1)*chunk])))
-	}
-	require.Equal(t, []int{0}, held(), "recorded with the first chunk, not again within the second")
-	require.NoError(t, l.Flush())
-	require.Equal(t, []int{0, 1, 2}, held())
+			whole := sha512.Sum512(data)
+			sum := hex.EncodeToString(whole[:])
+			path := filepath.Join(t.TempDir(), sum+".iso")
+			l, err := cache.NewStore(inventory.NewDirectory("self")).OpenPartial(path, sum, int64(len(data)), int64(chunk))
+			require.NoError(t, err)
+			held := func() []int {
+				var out []int
+				for c, d := range readRecord(t, path+".partial.json").Digests {
+					if d != "" {
+						out = append(out, c)
+					}
+				}
+				return out
+			}
+			write := func(c int) {
+				b := data[c*chunk : (c+1)*chunk]
+				require.NoError(t, l.WriteChunk(c, b, chunks.Sum(b)))
+			}
+			for c := range 3 {
+				write(c)
+			}
+			require.Equal(t, tc.wantHeld, held())
+			require.NoError(t, l.Flush())
+			require.Equal(t, []int{0, 1, 2}, held())
 
-	require.NoError(t, l.WriteChunk(3, data[3*chunk:], chunks.Sum(data[3*chunk:])))
-	require.NoError(t, l.Close())
-	require.NoError(t, l.Flush())
-	require.Equal(t, []int{0, 1, 2}, held(), "nothing recorded after Close")
-}
-
-// A verified ISO recorded by an earlier version (sha256 digests) that changed on disk keeps its
-// intact chunks: Salvage keeps the record's hash, and the partial download resumes from it.
-func TestSalvageKeepsTheChunksOfAnEarlierRecord(t *testing.T) {
-	const chunk, n = 1 << 20, 4
-	data := make([]byte, n*chunk)
-	for i := range data {
-		data[i] = byte(i * 17)
+			write(3)
+			require.NoError(t, l.Close())
+			require.NoError(t, l.Flush())
+			require.Equal(t, []int{0, 1, 2}, held(), "nothing recorded after Close")
+		})
 	}
-	whole := sha512.Sum512(data)
-	sum := hex.EncodeToString(whole[:])
-	path := filepath.Join(t.TempDir(), sum+".iso")
-	require.NoError(t, os.WriteFile(path, data, 0o644))
-	st, err := os.Stat(path)
-	require.NoError(t, err)
-	stamp := chunks.StampOf(st)
-	digests := make([]string, n)
-	for c := range n {
-		d := sha256.Sum256(data[c*chunk : (c+1)*chunk])
-		digests[c] = hex.EncodeToString(d[:])
-	}
-	writeRecord(t, path+".json", record{SHA512: sum, Size: int64(len(data)), ChunkSize: chunk, Digests: digests, Verified: &stamp})
-	// Chunk 2 changes on disk.
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte{^data[2*chunk+5]}, 2*chunk+5)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-
-	store := cache.NewStore(inventory.NewDirectory("self"))
-	salvaged, err := store.Salvage(path, sum)
-	require.NoError(t, err)
-	require.True(t, salvaged)
-	require.Empty(t, readRecord(t, path+".partial.json").Digest, "still the earlier record's hash")
-	l, err := store.OpenPartial(path, sum, int64(len(data)), chunk)
-	require.NoError(t, err)
-	defer l.Close()
-	var held []int
-	for c := range n {
-		if l.Has(c) {
-			held = append(held, c)
-		}
-	}
-	require.Equal(t, []int{0, 1, 3}, held)
 }

@@ -245,7 +245,8 @@ func newInOrder() *inOrder { return &inOrder{hand: make(chan handed, 2)} }
 // chunk it waits for may be handed over as it is stored (see keep): it is hashed from memory.
 func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error, order *inOrder) {
 	h := sha512.New()
-	buf := make([]byte, r.iso.ChunkSize())
+	ra := newReadAhead(r.iso)
+	defer ra.wait()
 	var hand chan handed // nil without order: never ready
 	if order != nil {
 		hand = order.hand
@@ -286,10 +287,13 @@ func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan
 			}
 		default:
 		}
-		data, err := r.iso.ReadChunk(c, buf)
+		data, err := ra.read(c)
 		if err != nil {
 			hashed <- fmt.Errorf("read back: %w", err)
 			return
+		}
+		if c+1 < r.n && r.iso.Has(c+1) {
+			ra.start(c + 1)
 		}
 		h.Write(data)
 		c++
