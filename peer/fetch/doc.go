@@ -46,8 +46,8 @@
 // The files of this package follow the download: fetcher.go (the Fetcher, what Fetch does before
 // the first chunk), options.go, run.go (the loop of one Fetch), schedule.go (which chunk from which
 // source, and when an owner is stalled), peers.go (chunks from peers and their vouching),
-// origin.go (the origin client), get.go (one watched GET) and repair.go (what
-// a failed sha512 leads to).
+// origin.go (the origin client), get.go (one watched GET), readahead.go (the file read back for
+// the sha512, one chunk ahead) and repair.go (what a failed sha512 leads to).
 //
 // Imports: peer, peer/inventory, peer/cache, chunks, redact, and the standard library's HTTP;
 // never peer/serve or peer/memberlist, nor iso, repo, preload, acquire, the sequencer, api or

@@ -243,6 +243,7 @@ func newInOrder() *inOrder { return &inOrder{hand: make(chan handed, 2)} }
 // that the sha512 is known as soon as the last chunk lands. It sends nil on hashed when the sum
 // matches, peer.ErrVerification when it does not, and stops early when ctx ends. With order, the
 // chunk it waits for may be handed over as it is stored (see keep): it is hashed from memory.
+// Chunks read back from the file are read one ahead of the hash (readAhead).
 func (r *run) hashInOrder(ctx context.Context, kick <-chan struct{}, hashed chan<- error, order *inOrder) {
 	h := sha512.New()
 	ra := newReadAhead(r.iso)
