@@ -19,9 +19,11 @@ const DefaultCacheWindow = 64 << 20
 // written: to hash the file in order, and to serve the peers that ask for it. So a LocalISO being
 // filled keeps the pages of the chunks written last (the window), which its peers are the
 // likeliest to ask for, and drops the pages of the others: a chunk leaving the window once it is
-// on disk, a chunk outside it once it was read (Release). On the test machine, 20 agents sharing
-// a 1 GiB ISO spent 2.5 of their 4.9 CPU seconds each in the copies into new pages; with the
-// window, about 0.2.
+// on disk, a chunk outside it once it was read (Release). The hash in order reads a chunk outside
+// the window past the page cache altogether (ReadChunk, direct I/O). On the test machine, 20
+// agents sharing a 1 GiB ISO spent 2.5 of their 4.9 CPU seconds each in the copies into new
+// pages; with the window, about 0.2; the direct read-back took the hash's copy out of freshly
+// filled pages from 6% of their samples to about 1%.
 
 // remember records chunk c as written last and returns the chunks that left the window, whose
 // pages the caller drops (drop) once l.mu is released. Called with l.mu held.
