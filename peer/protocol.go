@@ -28,7 +28,7 @@ func Token(secret []byte) string {
 //
 // The digests travel under the name of their hash: a peer of an earlier version, which sent and
 // read sha256 digests under "digests", finds none in this list and none of its own is read here,
-// so neither vouches for or against the other's chunks (they are taken as weakly verified, and
+// so neither vouches for nor against the other's chunks (they are taken as weakly verified, and
 // the sha512 of the whole ISO decides).
 type ChunkList struct {
 	// Size is the ISO's size in bytes.

@@ -249,15 +249,13 @@ func (l *LocalISO) WriteChunk(c int, data []byte, sum chunks.Digest) error {
 	l.held.Set(c)
 	l.digests[c] = sum
 	old := l.remember(c)
-	l.mu.Unlock()
-	l.drop(old)
-	l.mu.Lock()
 	l.unsaved += int64(len(data))
 	due := l.unsaved >= saveBytes || time.Since(l.savedAt) >= saveEvery
 	if due {
 		l.unsaved, l.savedAt = 0, time.Now()
 	}
 	l.mu.Unlock()
+	l.drop(old)
 	if due {
 		if err := l.SaveState(); err != nil {
 			return err
