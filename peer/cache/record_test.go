@@ -203,3 +203,42 @@ func TestWriteChunkRecordsEvery16MiB(t *testing.T) {
 		})
 	}
 }
+
+// Whatever the record beside a partial download holds, OpenPartial neither fails nor panics, and
+// holds only chunks whose bytes match the digest it keeps for them.
+func FuzzOpenPartialRecord(f *testing.F) {
+	const chunk, n = 4096, 4
+	data := make([]byte, n*chunk-7)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	whole := sha512.Sum512(data)
+	sum := hex.EncodeToString(whole[:])
+	digests := make([]string, n)
+	for c := range n {
+		d := chunks.Sum(data[c*chunk : min(len(data), (c+1)*chunk)])
+		digests[c] = hex.EncodeToString(d[:])
+	}
+	for _, r := range []record{
+		{SHA512: sum, Size: int64(len(data)), ChunkSize: chunk, Digest: chunks.Algorithm, Digests: digests},
+		{SHA512: sum, Size: int64(len(data)), ChunkSize: chunk, Digests: digests},
+		{SHA512: sum, Size: int64(len(data)), ChunkSize: chunk, Digest: "md5", Digests: []string{"", "zz", digests[2]}},
+	} {
+		b, err := json.Marshal(r)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		path := filepath.Join(t.TempDir(), sum+".iso")
+		require.NoError(t, os.WriteFile(path+".partial", data, 0o644))
+		require.NoError(t, os.WriteFile(path+".partial.json", rec, 0o644))
+		l, err := cache.NewStore(inventory.NewDirectory("self")).OpenPartial(path, sum, int64(len(data)), chunk)
+		require.NoError(t, err)
+		defer l.Close()
+		for c := range n {
+			if l.Has(c) {
+				require.Equal(t, chunks.Sum(data[c*chunk:min(len(data), (c+1)*chunk)]), l.Digest(c), "chunk %d", c)
+			}
+		}
+	})
+}
