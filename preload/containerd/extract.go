@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -137,9 +136,8 @@ func (e *extraction) run(ctx context.Context) {
 // the digest of its uncompressed bytes; empty when they are r's own (the blob's digest, which the
 // writer computes).
 func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (digest.Digest, error) {
-	opt := archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)
 	if !compressed {
-		if _, err := archive.Apply(ctx, dir, r, opt); err != nil {
+		if err := applyLayer(ctx, dir, r); err != nil {
 			return "", err
 		}
 		_, err := io.Copy(io.Discard, r)
@@ -171,7 +169,7 @@ func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (dig
 	h := sha256.New()
 	ra := startReadAhead(dr, decompressQueue, decompressPiece, func(b []byte) { h.Write(b) })
 	pr := &pieceReader{ch: ra.pieces}
-	_, err := archive.Apply(ctx, dir, pr, opt)
+	err := applyLayer(ctx, dir, pr)
 	if err == nil {
 		// What follows the tar's end counts for the diff ID.
 		_, err = io.Copy(io.Discard, pr)

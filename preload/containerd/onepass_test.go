@@ -11,9 +11,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/mount"
@@ -43,6 +45,7 @@ type layerEntry struct {
 	body     string
 	link     string
 	pax      map[string]string
+	mtime    time.Time
 }
 
 func layerTar(t *testing.T, entries ...layerEntry) []byte {
@@ -51,7 +54,7 @@ func layerTar(t *testing.T, entries ...layerEntry) []byte {
 	tw := tar.NewWriter(&b)
 	for _, e := range entries {
 		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Uid: e.uid, Gid: e.gid, Linkname: e.link,
-			Size: int64(len(e.body)), PAXRecords: e.pax, Format: tar.FormatPAX}
+			Size: int64(len(e.body)), PAXRecords: e.pax, ModTime: e.mtime, Format: tar.FormatPAX}
 		if e.typ != tar.TypeReg {
 			h.Size = 0
 		}
@@ -85,6 +88,19 @@ func trickyImage(t *testing.T, ref string, oci bool) preloadtest.Image {
 		layerEntry{name: "opt/old/a", typ: tar.TypeReg, mode: 0o644, body: "a"},
 		layerEntry{name: "var/", typ: tar.TypeDir, mode: 0o755},
 		layerEntry{name: "var/gone", typ: tar.TypeReg, mode: 0o644, body: "removed above"},
+		// Files large enough to be written ahead (apply.go): with a hard link, through a
+		// symbolic link, replaced within the layer, removed by the layer above.
+		layerEntry{name: "usr/bin/big", typ: tar.TypeReg, mode: 0o4750, gid: 5, body: strings.Repeat("big ", aheadMin/3),
+			pax: map[string]string{"SCHILY.xattr.user.origin": "big"}, mtime: time.Unix(1_700_000_000, 123_456_789)},
+		// A hard link's header carries its file's metadata, which the applier sets again.
+		layerEntry{name: "usr/bin/big.hard", typ: tar.TypeLink, link: "usr/bin/big", mode: 0o4750, gid: 5,
+			pax: map[string]string{"SCHILY.xattr.user.origin": "big"}, mtime: time.Unix(1_700_000_000, 123_456_789)},
+		layerEntry{name: "usr/lib/", typ: tar.TypeDir, mode: 0o755},
+		layerEntry{name: "lib", typ: tar.TypeSymlink, link: "usr/lib"},
+		layerEntry{name: "lib/big.so", typ: tar.TypeReg, mode: 0o644, body: strings.Repeat("so ", aheadMin/2)},
+		layerEntry{name: "opt/twice", typ: tar.TypeReg, mode: 0o644, body: strings.Repeat("first ", aheadMin/5)},
+		layerEntry{name: "opt/twice", typ: tar.TypeReg, mode: 0o600, body: strings.Repeat("second ", aheadMin/6)},
+		layerEntry{name: "opt/gone", typ: tar.TypeReg, mode: 0o644, body: strings.Repeat("gone ", aheadMin/4)},
 	)
 	upper := layerTar(t,
 		layerEntry{name: "var/", typ: tar.TypeDir, mode: 0o755},
@@ -93,6 +109,7 @@ func trickyImage(t *testing.T, ref string, oci bool) preloadtest.Image {
 		layerEntry{name: "opt/old/.wh..wh..opq", typ: tar.TypeReg, mode: 0o644},
 		layerEntry{name: "opt/old/b", typ: tar.TypeReg, mode: 0o644, body: "b"},
 		layerEntry{name: "etc/passwd", typ: tar.TypeReg, mode: 0o644, body: "root:x:0:0::/root:/bin/bash\n"},
+		layerEntry{name: "opt/.wh.gone", typ: tar.TypeReg, mode: 0o644},
 		layerEntry{name: "srv/data", typ: tar.TypeReg, mode: 0o640, uid: 33, gid: 33, body: "www",
 			pax: map[string]string{"SCHILY.xattr.user.origin": "layer2"}},
 	)
@@ -100,6 +117,7 @@ func trickyImage(t *testing.T, ref string, oci bool) preloadtest.Image {
 		layerEntry{name: "srv/", typ: tar.TypeDir, mode: 0o755},
 		layerEntry{name: "srv/.wh.data", typ: tar.TypeReg, mode: 0o644},
 		layerEntry{name: "srv/zstd", typ: tar.TypeReg, mode: 0o600, body: strings.Repeat("zstd ", 4096)},
+		layerEntry{name: "srv/zstd-big", typ: tar.TypeReg, mode: 0o640, uid: 7, body: strings.Repeat("zstd ", aheadMin/4)},
 	)
 	gz, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(lower)), nil })
 	require.NoError(t, err)
@@ -206,11 +224,18 @@ func TestOnePassMatchesContainerd(t *testing.T) {
 			require.Contains(t, root["home/user/secret"], "-rw------- 1000:1000")
 			require.Contains(t, root["bin/tool"], "urwxr-xr-x 0:0")
 			require.Contains(t, root["etc/motd"], "-> /etc/passwd")
+			require.Contains(t, root["usr/bin/big"], "urwxr-x--- 0:5 1398100 links=2")
+			require.Contains(t, root["usr/bin/big"], "2023-11-14T22:13:20.123456789Z")
+			require.Equal(t, root["usr/bin/big"], root["usr/bin/big.hard"])
+			require.Contains(t, root["usr/lib/big.so"], "-rw-r--r-- 0:0 1572864 links=1")
+			require.Contains(t, root["opt/twice"], "-rw------- 0:0 1223334 links=1")
+			require.NotContains(t, root, "opt/gone")
 			if ref == tricky.Ref {
-				require.Contains(t, root["srv/data"], "user.origin=layer2")
+				require.Contains(t, root["srv/data"], `user.origin="layer2"`)
 			} else {
 				require.NotContains(t, root, "srv/data", "the zstd layer's whiteout")
 				require.Contains(t, root["srv/zstd"], "-rw------- 0:0 20480")
+				require.Contains(t, root["srv/zstd-big"], "-rw-r----- 7:0 1310720")
 			}
 		}
 	}
@@ -222,8 +247,9 @@ func TestOnePassMatchesContainerd(t *testing.T) {
 	require.Empty(t, ents)
 }
 
-// tree describes every file below root: type and mode, owner, size and content digest, link
-// target, user xattrs.
+// tree describes every file below root: type and mode, owner, size, link count and content
+// digest, link target, a file's or link's modification time (a directory's changes with its
+// entries, a whiteout's is its creation's), xattrs.
 func tree(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -242,21 +268,39 @@ func tree(t *testing.T, root string) map[string]string {
 			b, err := os.ReadFile(p)
 			require.NoError(t, err)
 			sum := sha256.Sum256(b)
-			desc += fmt.Sprintf(" %d %s", len(b), hex.EncodeToString(sum[:8]))
+			desc += fmt.Sprintf(" %d links=%d %s", len(b), st.Nlink, hex.EncodeToString(sum[:8]))
 		case fi.Mode()&fs.ModeSymlink != 0:
 			l, err := os.Readlink(p)
 			require.NoError(t, err)
 			desc += " -> " + l
 		}
-		if v := make([]byte, 64); fi.Mode()&fs.ModeSymlink == 0 {
-			if n, err := unix.Lgetxattr(p, "user.origin", v); err == nil {
-				desc += " user.origin=" + string(v[:n])
-			}
+		if fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0 {
+			desc += " " + fi.ModTime().UTC().Format(time.RFC3339Nano)
 		}
-		out[rel] = desc
+		out[rel] = desc + xattrs(t, p)
 		return nil
 	}))
 	return out
+}
+
+// xattrs lists p's extended attributes, sorted, each as name=value.
+func xattrs(t *testing.T, p string) string {
+	t.Helper()
+	names := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, names)
+	require.NoError(t, err)
+	var out []string
+	for _, name := range strings.Split(string(names[:n]), "\x00") {
+		if name == "" {
+			continue
+		}
+		v := make([]byte, 4096)
+		m, err := unix.Lgetxattr(p, name, v)
+		require.NoError(t, err, "%s %s", p, name)
+		out = append(out, fmt.Sprintf(" %s=%q", name, v[:m]))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "")
 }
 
 // TestOnePassFailureLeavesNothing: an archive cut short after its layers were extracted fails its
