@@ -87,6 +87,10 @@ fuzz: deps ## Fuzz the ISO reader for FUZZTIME (default 10m).
 fuzz-serve: ## Fuzz the serve fast path against net/http (same bytes back) for FUZZTIME.
 	$(GO) test ./repo -run '^$$' -fuzz '^FuzzFastPathAnswersAsNetHTTP$$' -fuzztime $(FUZZTIME)
 
+.PHONY: fuzz-apply
+fuzz-apply: ## Fuzz the layer applier that writes large files ahead against containerd's, for FUZZTIME (on /dev/shm).
+	TMPDIR=/dev/shm $(GO) test ./preload/containerd -run '^$$' -fuzz '^FuzzApplyAhead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x
+
 .PHONY: fuzz-import
 fuzz-import: ## Fuzz the image archive importer for FUZZTIME (its stores on /dev/shm: each run creates files).
 	TMPDIR=/dev/shm $(GO) test ./preload/containerd -run '^$$' -fuzz '^FuzzImportIndex$$' -fuzztime $(FUZZTIME)

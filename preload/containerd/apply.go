@@ -51,9 +51,9 @@ func applyLayer(ctx context.Context, dir string, r io.Reader) error {
 	return err
 }
 
-// applyAhead is applyLayer writing ahead the files of at least min bytes; it returns how many
-// it wrote ahead.
-func applyAhead(ctx context.Context, dir string, r io.Reader, min int64) (int, error) {
+// applyAhead is applyLayer writing ahead the files of at least minSize bytes; it returns how
+// many it wrote ahead.
+func applyAhead(ctx context.Context, dir string, r io.Reader, minSize int64) (int, error) {
 	pr, pw := io.Pipe()
 	applied := make(chan error, 1)
 	go func() {
@@ -62,7 +62,7 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, min int64) (int, e
 		_ = pr.CloseWithError(errApplierEnded)
 		applied <- err
 	}()
-	ahead, ferr := feedLayer(ctx, dir, r, pw, min)
+	ahead, ferr := feedLayer(ctx, dir, r, pw, minSize)
 	_ = pw.CloseWithError(ferr)
 	aerr := <-applied
 	for _, name := range ahead {
@@ -70,8 +70,11 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, min int64) (int, e
 			aerr = fmt.Errorf("remove a file written ahead: %w", err)
 		}
 	}
-	if ferr != nil && !errors.Is(ferr, errApplierEnded) {
+	switch {
+	case ferr != nil && !errors.Is(ferr, errApplierEnded):
 		return len(ahead), ferr
+	case ferr != nil && aerr == nil:
+		return len(ahead), errors.New("the applier ended before the layer did")
 	}
 	return len(ahead), aerr
 }
@@ -80,9 +83,9 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, min int64) (int, e
 var errApplierEnded = errors.New("the applier ended")
 
 // feedLayer reads the tar r and writes it to w for the applier, each regular file of at least
-// min bytes written ahead into dir and replaced by a hard link to it. It returns the names, in dir, of the files
-// it wrote ahead, whatever it returns.
-func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, min int64) (ahead []string, err error) {
+// minSize bytes written ahead into dir and replaced by a hard link to it. It returns the names,
+// in dir, of the files it wrote ahead, whatever else it returns.
+func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSize int64) (ahead []string, err error) {
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
 	prefix := aheadPrefix + randomID() + "-"
@@ -95,10 +98,21 @@ func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, min in
 		if err != nil {
 			return ahead, err
 		}
+		if sparse(hdr) {
+			// Its holes come out of the tar reader as zeros, as many as its header claims, and
+			// are written before the blob's digest is known: a damaged header could fill the
+			// disk. containerd's unpack checks the digest first.
+			return ahead, fmt.Errorf("%s: a sparse file, left to containerd's unpack", hdr.Name)
+		}
+		if !applied(hdr.Typeflag) {
+			// A type the applier refuses anyway, and the tar writer might not write again as
+			// it was read.
+			return ahead, fmt.Errorf("%s: unhandled tar header type %d", hdr.Name, hdr.Typeflag)
+		}
 		if _, ok := hdr.PAXRecords[aclDefault]; ok {
 			useAhead = false
 		}
-		if useAhead && writesAhead(hdr, min) {
+		if useAhead && writesAhead(hdr, minSize) {
 			name := fmt.Sprintf("%s%d", prefix, len(ahead))
 			ahead = append(ahead, name)
 			if err := writeAhead(ctx, filepath.Join(dir, name), tr); err != nil {
@@ -121,12 +135,36 @@ func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, min in
 	}
 }
 
-// writesAhead reports whether hdr's content is written ahead: a regular file of at least min
-// bytes, not a whiteout.
-func writesAhead(hdr *tar.Header, min int64) bool {
+// applied reports whether containerd's applier handles entries of type typ.
+func applied(typ byte) bool {
+	switch typ {
+	//nolint:staticcheck // TypeRegA is deprecated, and still found in archives.
+	case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock,
+		tar.TypeFifo, tar.TypeXGlobalHeader:
+		return true
+	}
+	return false
+}
+
+// sparse reports whether hdr is a sparse file's, in GNU's format or in PAX.
+func sparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// writesAhead reports whether hdr's content is written ahead: a regular file of at least
+// minSize bytes, not a whiteout.
+func writesAhead(hdr *tar.Header, minSize int64) bool {
 	//nolint:staticcheck // TypeRegA is deprecated, and still found in archives.
 	regular := hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA
-	return regular && hdr.Size >= min && !strings.HasPrefix(path.Base(hdr.Name), ".wh.")
+	return regular && hdr.Size >= minSize && !strings.HasPrefix(path.Base(hdr.Name), ".wh.")
 }
 
 // writeAhead writes what r holds into a new file at p.

@@ -4,7 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +143,150 @@ func TestApplyAheadFails(t *testing.T) {
 				require.False(t, strings.HasPrefix(e.Name(), aheadPrefix), e.Name())
 			}
 		})
+	}
+}
+
+// TestApplyAheadMatchesContainerdOnGNUTar compares the two appliers on layers GNU tar wrote, in
+// PAX and in its own format: a name longer than a header holds, a hard link, access times. A
+// sparse file, whose holes would be written before its blob's digest is checked, is refused
+// (and left to containerd's unpack, which checks first).
+func TestApplyAheadMatchesContainerdOnGNUTar(t *testing.T) {
+	gnuTar, err := exec.LookPath("tar")
+	if err != nil {
+		t.Skip("no tar:", err)
+	}
+	src := t.TempDir()
+	sparse := filepath.Join(src, "sparse")
+	require.NoError(t, os.WriteFile(sparse, nil, 0o640))
+	require.NoError(t, os.Truncate(sparse, 3<<20))
+	f, err := os.OpenFile(sparse, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("data in a hole"), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Link(sparse, sparse+".link"))
+	long := filepath.Join(src, strings.Repeat("d", 80), strings.Repeat("e", 90))
+	require.NoError(t, os.MkdirAll(long, 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(long, "file"), bytes.Repeat([]byte("long name "), 200), 0o644))
+	require.NoError(t, os.Chtimes(filepath.Join(long, "file"), time.Unix(1_500_000_000, 0), time.Unix(1_400_000_000, 0)))
+	for _, format := range []string{"gnu", "posix"} {
+		for _, sparse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s sparse %t", format, sparse), func(t *testing.T) {
+				args := []string{"--format=" + format, "--atime-preserve", "-C", src, "-cf", "-", "."}
+				if sparse {
+					args = append(args, "--sparse")
+				}
+				out, err := exec.Command(gnuTar, args...).Output()
+				require.NoError(t, err)
+				got := t.TempDir()
+				n, err := applyAhead(t.Context(), got, bytes.NewReader(out), 1000)
+				if sparse {
+					require.ErrorContains(t, err, "sparse: a sparse file")
+					return
+				}
+				require.NoError(t, err)
+				want := t.TempDir()
+				_, err = archive.Apply(t.Context(), want, bytes.NewReader(out), archive.WithConvertWhiteout(archive.OverlayConvertWhiteout))
+				require.NoError(t, err)
+				require.Equal(t, tree(t, want), tree(t, got))
+				require.Equal(t, 2, n, "files written ahead")
+			})
+		}
+	}
+}
+
+// FuzzApplyAhead applies layers with containerd's applier and with files written ahead. A tar's
+// checksums keep mutated bytes from reaching an applier, so the fuzzer's bytes are read two ways:
+// as a script of entries (type, a path from a few names, the same or another parent, mode, owner,
+// size, xattr, link target) written into a well-formed tar, whose two trees must be the same;
+// and as a tar as they are, which must fail where containerd's applier fails. Either way
+// applyAhead returns, never panics, and leaves no file written ahead behind.
+func FuzzApplyAhead(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
+	f.Add([]byte{1, 0, 0x6d, 1, 2, 0, 0x24, 0, 0, 1, 0, 0x6d, 1, 1, 3, 4, 1, 2, 3, 5, 0, 0})
+	f.Add(layerTar(f,
+		layerEntry{name: "a/", typ: tar.TypeDir, mode: 0o755},
+		layerEntry{name: "a/big", typ: tar.TypeReg, mode: 0o4755, uid: 3, body: strings.Repeat("fuzz ", 300)},
+		layerEntry{name: "a/link", typ: tar.TypeLink, link: "a/big", mode: 0o4755, uid: 3},
+	))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		compareAppliers(t, layerTar(t, scriptedEntries(data)...), true)
+		compareAppliers(t, data, false)
+	})
+}
+
+// scriptedEntries reads data as a script of tar entries, five bytes each.
+func scriptedEntries(data []byte) []layerEntry {
+	names := []string{"a", "b", "q", "a/b", "b/a", "q/q/q", ".wh.a", "a/.wh.b", "a/.wh..wh..opq", "../a", "/b", "."}
+	types := []byte{tar.TypeReg, tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo}
+	var out []layerEntry
+	for len(data) >= 5 && len(out) < 24 {
+		op, name, mode, size, extra := data[0], data[1], data[2], data[3], data[4]
+		data = data[5:]
+		e := layerEntry{
+			name: names[int(name)%len(names)],
+			typ:  types[int(op)%len(types)],
+			mode: int64(mode)<<3 | int64(op>>5),
+			uid:  int(extra % 3),
+			gid:  int(extra>>2) % 3,
+			link: names[int(extra>>4)%len(names)],
+		}
+		if e.typ == tar.TypeReg {
+			e.body = strings.Repeat(string(rune('a'+size%26)), []int{0, 10, 999, 1000, 1500}[int(size>>5)%5])
+		}
+		if extra&0x08 != 0 {
+			e.pax = map[string]string{"SCHILY.xattr.user.fuzz": e.name}
+		}
+		if op&0x08 != 0 {
+			e.mtime = time.Unix(int64(size)<<20, int64(mode)<<10)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// compareAppliers applies layer with both appliers: applyAhead must fail where containerd's
+// applier fails, and where both succeed build the same tree. With wellFormed, it must succeed
+// where containerd's applier does (a layer as it comes may hold what applyAhead refuses and
+// leaves to containerd's unpack).
+func compareAppliers(t *testing.T, layer []byte, wellFormed bool) {
+	t.Helper()
+	if expands(layer) {
+		// containerd's applier would write the holes of a sparse file, as many as claimed.
+		_, err := applyAhead(t.Context(), t.TempDir(), bytes.NewReader(layer), 1000)
+		require.Error(t, err)
+		return
+	}
+	want := t.TempDir()
+	_, cerr := archive.Apply(t.Context(), want, bytes.NewReader(layer), archive.WithConvertWhiteout(archive.OverlayConvertWhiteout))
+	got := t.TempDir()
+	_, err := applyAhead(t.Context(), got, bytes.NewReader(layer), 1000)
+	ents, rerr := os.ReadDir(got)
+	require.NoError(t, rerr)
+	for _, e := range ents {
+		require.False(t, strings.HasPrefix(e.Name(), aheadPrefix), e.Name())
+	}
+	if cerr != nil {
+		require.Error(t, err, "containerd's applier failed: %v", cerr)
+		return
+	}
+	if err != nil && !wellFormed {
+		return
+	}
+	require.NoError(t, err)
+	require.Equal(t, tree(t, want), tree(t, got))
+}
+
+// expands reports whether the tar data holds a sparse file.
+func expands(data []byte) bool {
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return false
+		}
+		if sparse(hdr) {
+			return true
+		}
 	}
 }

@@ -48,7 +48,7 @@ type layerEntry struct {
 	mtime    time.Time
 }
 
-func layerTar(t *testing.T, entries ...layerEntry) []byte {
+func layerTar(t testing.TB, entries ...layerEntry) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
