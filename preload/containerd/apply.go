@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,9 @@ const aheadMin = 1 << 20
 // aheadBuffer is the size of the writes of a file written ahead.
 const aheadBuffer = 1 << 20
 
+// feedBuffer is the size of the writes into the applier's pipe.
+const feedBuffer = 256 << 10
+
 // aheadPrefix starts the names of the files written ahead, at the top of a layer's directory.
 const aheadPrefix = ".upgrade-repo-ahead-"
 
@@ -57,7 +61,9 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, minSize int64) (in
 	pr, pw := io.Pipe()
 	applied := make(chan error, 1)
 	go func() {
-		_, err := archive.Apply(ctx, dir, pr, archive.WithConvertWhiteout(archive.OverlayConvertWhiteout))
+		// Buffered on both ends: each read of a pipe is a hand-over between two goroutines, and
+		// the applier reads a header 512 bytes at a time.
+		_, err := archive.Apply(ctx, dir, bufio.NewReaderSize(pr, feedBuffer), archive.WithConvertWhiteout(archive.OverlayConvertWhiteout))
 		// What the applier did not read fails the feeder's writes instead of blocking them.
 		_ = pr.CloseWithError(errApplierEnded)
 		applied <- err
@@ -87,13 +93,19 @@ var errApplierEnded = errors.New("the applier ended")
 // in dir, of the files it wrote ahead, whatever else it returns.
 func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSize int64) (ahead []string, err error) {
 	tr := tar.NewReader(r)
-	tw := tar.NewWriter(w)
+	// Buffered, as the applier's end is (see applyAhead): a pipe read or written per header and
+	// per small file made a layer of many small files 1.7x as slow to apply.
+	bw := bufio.NewWriterSize(w, feedBuffer)
+	tw := tar.NewWriter(bw)
 	prefix := aheadPrefix + randomID() + "-"
 	useAhead := true
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return ahead, tw.Close()
+			if err := tw.Close(); err != nil {
+				return ahead, err
+			}
+			return ahead, bw.Flush()
 		}
 		if err != nil {
 			return ahead, err
@@ -113,6 +125,10 @@ func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSiz
 			useAhead = false
 		}
 		if useAhead && writesAhead(hdr, minSize) {
+			// The applier goes on with what came before while the file is written.
+			if err := bw.Flush(); err != nil {
+				return ahead, err
+			}
 			name := fmt.Sprintf("%s%d", prefix, len(ahead))
 			ahead = append(ahead, name)
 			if err := writeAhead(ctx, filepath.Join(dir, name), tr); err != nil {
