@@ -12,8 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/platforms"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/image-spec/identity"
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
+	"github.com/upgrade-repo/upgrade-repo/preload/preloadtest"
 )
 
 // aclXattr encodes a POSIX ACL as the kernel's system.posix_acl_* xattrs hold it: the owner
@@ -289,4 +300,59 @@ func expands(data []byte) bool {
 			return true
 		}
 	}
+}
+
+// TestOnePassLeavesASparseFileToContainerd imports an image whose layer holds a sparse file (GNU
+// tar's, in PAX): one pass does not extract that layer, whose holes it would write before the
+// blob's digest is checked, and containerd unpacks the image, the file whole.
+func TestOnePassLeavesASparseFileToContainerd(t *testing.T) {
+	gnuTar, err := exec.LookPath("tar")
+	if err != nil {
+		t.Skip("no tar:", err)
+	}
+	src := t.TempDir()
+	sparse := filepath.Join(src, "sparse")
+	require.NoError(t, os.WriteFile(sparse, nil, 0o644))
+	require.NoError(t, os.Truncate(sparse, 3<<20))
+	f, err := os.OpenFile(sparse, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("data in a hole"), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	layer, err := exec.Command(gnuTar, "--format=posix", "--sparse", "-C", src, "-cf", "-", ".").Output()
+	require.NoError(t, err)
+	img := preloadtest.NewImage(t, "docker.io/library/sparse:v1", preloadtest.ImageOptions{OS: "linux", Arch: "amd64",
+		Shared: []v1.Layer{static.NewLayer(layer, types.DockerUncompressedLayer)}})
+
+	d := containerdtest.Start(t)
+	s, err := New(t.Context(), d.Socket, WithUnpack(DefaultSnapshotter), WithNamespace("sparse"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.True(t, s.OnePass())
+	_, err = s.Import(t.Context(), bytes.NewReader(preloadtest.DockerArchive(t, img)))
+	require.NoError(t, err)
+	layers, byContainerd := s.UnpackCounts()
+	require.Zero(t, layers, "layers unpacked in one pass")
+	require.Equal(t, int64(1), byContainerd, "images unpacked by containerd")
+
+	ctx := namespaces.WithNamespace(t.Context(), s.ns)
+	cs := s.client.ContentStore()
+	stored, err := s.client.ImageService().Get(ctx, img.Ref)
+	require.NoError(t, err)
+	m, err := images.Manifest(ctx, cs, stored.Target, platforms.Default())
+	require.NoError(t, err)
+	diffIDs, err := images.RootFS(ctx, cs, m.Config)
+	require.NoError(t, err)
+	mounts, err := s.client.SnapshotService(DefaultSnapshotter).View(ctx, "view-sparse", identity.ChainID(diffIDs).String())
+	require.NoError(t, err)
+	require.NoError(t, mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+		b, err := os.ReadFile(filepath.Join(root, "sparse"))
+		require.NoError(t, err)
+		require.Len(t, b, 3<<20)
+		require.Equal(t, "data in a hole", string(b[1<<20:1<<20+14]))
+		return nil
+	}))
+	ents, err := os.ReadDir(s.onepass.tmp)
+	require.NoError(t, err)
+	require.Empty(t, ents, "staged layers")
 }
