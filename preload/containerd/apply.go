@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/containerd/containerd/v2/pkg/archive"
 )
 
@@ -197,11 +199,20 @@ func writeAhead(ctx context.Context, p string, r io.Reader) (err error) {
 	bp := aheadPool.Get().(*[]byte)
 	defer aheadPool.Put(bp)
 	buf := *bp
+	// Write-back is started every writebackChunk bytes, without waiting for it, as the blob
+	// writer does: the disk writes the file while the rest is read, and the sync before the
+	// snapshots are committed finds little left (the node bench: 0.1 s less of 1.7).
+	var off, started int64
 	for {
 		n, rerr := fill(r, buf)
 		if n > 0 {
 			if _, err := f.Write(buf[:n]); err != nil {
 				return err
+			}
+			off += int64(n)
+			if off-started >= writebackChunk {
+				_ = unix.SyncFileRange(int(f.Fd()), started, off-started, unix.SYNC_FILE_RANGE_WRITE)
+				started = off
 			}
 		}
 		if errors.Is(rerr, io.EOF) {
