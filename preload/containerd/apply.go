@@ -13,9 +13,8 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/containerd/containerd/v2/pkg/archive"
+	"golang.org/x/sys/unix"
 )
 
 // Applying a layer with its large files written ahead.
