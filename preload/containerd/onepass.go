@@ -34,8 +34,8 @@ import (
 // report it, beside the content directory), it extracts each layer while its blob is being
 // written, on another core: a plain tar from the writer's own buffers, a compressed layer (gzip,
 // zstd) following the blob's file in the page cache so that layers decompress side by side; into
-// a staging directory beside the snapshots, converting whiteouts as containerd's overlay applier
-// does. Once the
+// a staging directory beside the snapshots, with containerd's overlay applier (apply.go: large
+// files' content written ahead by this package). Once the
 // archive is read and its images are known, each layer's snapshot is prepared on its parent as
 // containerd's unpacker prepares it, the staged directory is renamed into the snapshot's upper
 // directory (the directory containerd itself would extract into), and the snapshot is committed
