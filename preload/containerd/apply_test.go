@@ -162,19 +162,9 @@ func TestApplyAheadFails(t *testing.T) {
 // sparse file, whose holes would be written before its blob's digest is checked, is refused
 // (and left to containerd's unpack, which checks first).
 func TestApplyAheadMatchesContainerdOnGNUTar(t *testing.T) {
-	gnuTar, err := exec.LookPath("tar")
-	if err != nil {
-		t.Skip("no tar:", err)
-	}
+	gnuTar := lookTar(t)
 	src := t.TempDir()
-	sparse := filepath.Join(src, "sparse")
-	require.NoError(t, os.WriteFile(sparse, nil, 0o640))
-	require.NoError(t, os.Truncate(sparse, 3<<20))
-	f, err := os.OpenFile(sparse, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte("data in a hole"), 1<<20)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	sparse := sparseFile(t, src)
 	require.NoError(t, os.Link(sparse, sparse+".link"))
 	long := filepath.Join(src, strings.Repeat("d", 80), strings.Repeat("e", 90))
 	require.NoError(t, os.MkdirAll(long, 0o750))
@@ -306,19 +296,9 @@ func expands(data []byte) bool {
 // tar's, in PAX): one pass does not extract that layer, whose holes it would write before the
 // blob's digest is checked, and containerd unpacks the image, the file whole.
 func TestOnePassLeavesASparseFileToContainerd(t *testing.T) {
-	gnuTar, err := exec.LookPath("tar")
-	if err != nil {
-		t.Skip("no tar:", err)
-	}
+	gnuTar := lookTar(t)
 	src := t.TempDir()
-	sparse := filepath.Join(src, "sparse")
-	require.NoError(t, os.WriteFile(sparse, nil, 0o644))
-	require.NoError(t, os.Truncate(sparse, 3<<20))
-	f, err := os.OpenFile(sparse, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte("data in a hole"), 1<<20)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	sparseFile(t, src)
 	layer, err := exec.Command(gnuTar, "--format=posix", "--sparse", "-C", src, "-cf", "-", ".").Output()
 	require.NoError(t, err)
 	img := preloadtest.NewImage(t, "docker.io/library/sparse:v1", preloadtest.ImageOptions{OS: "linux", Arch: "amd64",
@@ -355,4 +335,29 @@ func TestOnePassLeavesASparseFileToContainerd(t *testing.T) {
 	ents, err := os.ReadDir(s.onepass.tmp)
 	require.NoError(t, err)
 	require.Empty(t, ents, "staged layers")
+}
+
+// lookTar returns GNU tar's path, or skips t.
+func lookTar(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("tar")
+	if err != nil {
+		t.Skip("no tar:", err)
+	}
+	return p
+}
+
+// sparseFile writes dir/sparse, 3 MiB holding "data in a hole" at 1 MiB and holes around it,
+// and returns its path.
+func sparseFile(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "sparse")
+	require.NoError(t, os.WriteFile(p, nil, 0o640))
+	require.NoError(t, os.Truncate(p, 3<<20))
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("data in a hole"), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return p
 }
