@@ -227,7 +227,8 @@ func writeAhead(ctx context.Context, p string, r io.Reader) (err error) {
 }
 
 // fill reads r into buf until buf is full or r returns an error, which it returns as it is
-// (io.EOF included).
+// (io.EOF included). Not io.ReadFull, which turns a file's last short read into
+// io.ErrUnexpectedEOF, the error the tar reader gives for an archive cut short.
 func fill(r io.Reader, buf []byte) (int, error) {
 	n := 0
 	for n < len(buf) {
