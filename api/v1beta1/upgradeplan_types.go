@@ -64,6 +64,16 @@ type NodeUpgradeOption struct {
 	// Executor picks how nodes are upgraded; Job when empty.
 	// +optional
 	Executor Executor `json:"executor,omitempty"`
+	// SkipNodes lists nodes the plan gives up on (a node that died and does not come back):
+	// the plan finishes without them, each shown Skipped at the version it had, where the
+	// version-skew rules let its kubelet stay there. A control-plane node is never skipped.
+	// A node listed while its step runs is skipped once the step ends.
+	// +optional
+	SkipNodes []string `json:"skipNodes,omitempty"`
+	// Nodes, when set, limits the plan to these nodes: the other nodes are left as they are
+	// (a node skipped by an earlier plan, upgraded alone once it is back).
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // UpgradePlanSpec is the user's request.
@@ -167,7 +177,27 @@ const (
 	NodeRejoining     NodeState = "Rejoining"
 	NodeUpgraded      NodeState = "Upgraded"
 	NodeUpgradeFailed NodeState = "UpgradeFailed"
+	// NodeSkipped: the operator gave up on the node (nodeUpgradeOption.skipNodes); the plan
+	// finished without it and it stays at the version it had.
+	NodeSkipped NodeState = "Skipped"
 )
+
+// ControlPlaneVersions are the versions of a control-plane node's static pods, as the tags of
+// their images.
+type ControlPlaneVersions struct {
+	// APIServer is kube-apiserver's.
+	// +optional
+	APIServer string `json:"apiServer,omitempty"`
+	// ControllerManager is kube-controller-manager's.
+	// +optional
+	ControllerManager string `json:"controllerManager,omitempty"`
+	// Scheduler is kube-scheduler's.
+	// +optional
+	Scheduler string `json:"scheduler,omitempty"`
+	// Etcd is etcd's.
+	// +optional
+	Etcd string `json:"etcd,omitempty"`
+}
 
 // NodeUpgradeStatus is one node's state within a plan, aggregated by the sequencer from the node's
 // RepoNode and from what it did to the node.
@@ -205,6 +235,9 @@ type NodeUpgradeStatus struct {
 	// TargetKubeletVersion is the kubelet version the release brings (its Kubernetes version).
 	// +optional
 	TargetKubeletVersion string `json:"targetKubeletVersion,omitempty"`
+	// ControlPlane is, on a control-plane node, the versions its static pods run now.
+	// +optional
+	ControlPlane *ControlPlaneVersions `json:"controlPlane,omitempty"`
 	// BootID is the node's boot ID as the plan last saw it: when the node reports another one,
 	// it rebooted, and the plan records an event NodeRebooted.
 	// +optional
