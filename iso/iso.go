@@ -20,6 +20,10 @@ const (
 	maxDirSize = 256 << 20
 	// minRecord is the size of a directory record with a one-byte name.
 	minRecord = 34
+	// maxImageSize bounds the size of an image: twice the largest volume (2^32 sectors, 8 TiB),
+	// room for a hybrid image's partitions after it. Offsets and lengths summed below it cannot
+	// overflow an int64.
+	maxImageSize = 1 << 44
 )
 
 // Tree names one of the directory trees an image may carry.
@@ -169,6 +173,11 @@ func Open(r io.ReaderAt, size int64, opts ...Option) (*FS, error) {
 	}
 	if size < 17*sectorSize {
 		return nil, formatErr(ErrNotISO, 0, "image of %d bytes is too small to hold a volume descriptor", size)
+	}
+	if size > maxImageSize {
+		// A size no volume can have (a hostile origin's Content-Range): past this bound the
+		// walk's sums of offsets and lengths could overflow.
+		return nil, corruptf(0, "bad size: image of %d bytes, more than the %d bytes an ISO 9660 volume and what follows it may take", size, int64(maxImageSize))
 	}
 	f := &FS{r: r, size: size, maxLinks: cfg.maxLinks}
 	vol, err := f.readDescriptors()
