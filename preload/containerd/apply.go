@@ -48,17 +48,31 @@ const aclDefault = "SCHILY.xattr.system.posix_acl_default"
 
 var aheadPool = sync.Pool{New: func() any { b := make([]byte, aheadBuffer); return &b }}
 
+// layerFacts is what applying a layer found out about it.
+type layerFacts struct {
+	// whiteouts: the layer holds a whiteout or an opaque directory's marker, which the overlay
+	// applier turns into a device or an xattr, and containerd's applier, for a layer without
+	// parents (a bind mount), into removals of what lies below.
+	whiteouts bool
+}
+
 // applyLayer applies the layer tar read from r to the empty directory dir as archive.Apply with
 // overlay whiteouts does, writing large files' content ahead (see above). It reads r up to the
 // tar's end.
-func applyLayer(ctx context.Context, dir string, r io.Reader) error {
-	_, err := applyAhead(ctx, dir, r, aheadMin)
-	return err
+func applyLayer(ctx context.Context, dir string, r io.Reader) (layerFacts, error) {
+	var facts layerFacts
+	_, err := applyAheadFacts(ctx, dir, r, aheadMin, &facts)
+	return facts, err
 }
 
 // applyAhead is applyLayer writing ahead the files of at least minSize bytes; it returns how
 // many it wrote ahead.
 func applyAhead(ctx context.Context, dir string, r io.Reader, minSize int64) (int, error) {
+	return applyAheadFacts(ctx, dir, r, minSize, &layerFacts{})
+}
+
+// applyAheadFacts is applyAhead recording in facts what it finds in the layer.
+func applyAheadFacts(ctx context.Context, dir string, r io.Reader, minSize int64, facts *layerFacts) (int, error) {
 	pr, pw := io.Pipe()
 	applied := make(chan error, 1)
 	go func() {
@@ -69,7 +83,7 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, minSize int64) (in
 		_ = pr.CloseWithError(errApplierEnded)
 		applied <- err
 	}()
-	ahead, ferr := feedLayer(ctx, dir, r, pw, minSize)
+	ahead, ferr := feedLayer(ctx, dir, r, pw, minSize, facts)
 	_ = pw.CloseWithError(ferr)
 	aerr := <-applied
 	for _, name := range ahead {
@@ -90,9 +104,10 @@ func applyAhead(ctx context.Context, dir string, r io.Reader, minSize int64) (in
 var errApplierEnded = errors.New("the applier ended")
 
 // feedLayer reads the tar r and writes it to w for the applier, each regular file of at least
-// minSize bytes written ahead into dir and replaced by a hard link to it. It returns the names,
-// in dir, of the files it wrote ahead, whatever else it returns.
-func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSize int64) (ahead []string, err error) {
+// minSize bytes written ahead into dir and replaced by a hard link to it, and records in facts
+// what it sees. It returns the names, in dir, of the files it wrote ahead, whatever else it
+// returns.
+func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSize int64, facts *layerFacts) (ahead []string, err error) {
 	tr := tar.NewReader(r)
 	// Buffered, as the applier's end is (see applyAhead): a pipe read or written per header and
 	// per small file made a layer of many small files 1.7x as slow to apply.
@@ -121,6 +136,9 @@ func feedLayer(ctx context.Context, dir string, r io.Reader, w io.Writer, minSiz
 			// A type the applier refuses anyway, and the tar writer might not write again as
 			// it was read.
 			return ahead, fmt.Errorf("%s: unhandled tar header type %d", hdr.Name, hdr.Typeflag)
+		}
+		if strings.HasPrefix(path.Base(hdr.Name), ".wh.") {
+			facts.whiteouts = true
 		}
 		if _, ok := hdr.PAXRecords[aclDefault]; ok {
 			useAhead = false

@@ -56,7 +56,8 @@ func BenchmarkApplyLayer(b *testing.B) {
 			return err
 		}},
 		{"ahead", func(b *testing.B, dir string, layer []byte) error {
-			return applyLayer(b.Context(), dir, bytes.NewReader(layer))
+			_, err := applyLayer(b.Context(), dir, bytes.NewReader(layer))
+			return err
 		}},
 	}
 	for _, sh := range shapes {

@@ -436,6 +436,9 @@ func (s *Store) unpackAll(ctx context.Context, st *stager, imgs []images.Image) 
 	start := time.Now()
 	var waited, synced time.Duration
 	if st != nil {
+		// Only the layers of the archive's images are unpacked: the extractions of other blobs
+		// stop here, whatever they were, rather than run to their end.
+		st.keep(s.namedLayers(ctx, imgs))
 		st.wait()
 		waited = time.Since(start)
 		if err := s.onepass.sync(); err != nil {
@@ -460,6 +463,24 @@ func (s *Store) unpackAll(ctx context.Context, st *stager, imgs []images.Image) 
 	s.log.Debug("unpacked", "layers in one pass", res.staged, "layers present", res.present, "images unpacked by containerd", res.containerd,
 		"extraction wait", waited, "sync", synced, "total", time.Since(start))
 	return nil
+}
+
+// namedLayers returns the digests of the layers that the manifests of imgs for this host name,
+// the blobs an unpack may extract. An image whose manifest cannot be read names none: containerd
+// unpacks it, if it can.
+func (s *Store) namedLayers(ctx context.Context, imgs []images.Image) map[digest.Digest]bool {
+	named := map[digest.Digest]bool{}
+	cs := s.client.ContentStore()
+	for _, img := range imgs {
+		m, err := images.Manifest(ctx, cs, img.Target, platforms.Default())
+		if err != nil {
+			continue
+		}
+		for _, l := range m.Layers {
+			named[l.Digest] = true
+		}
+	}
+	return named
 }
 
 // UnpackCounts returns how many layers imports extracted in one pass, and how many images (or

@@ -39,8 +39,13 @@ type extraction struct {
 	// blob is the blob's digest, set when it is committed (under the stager's lock).
 	blob digest.Digest
 
+	// budget bounds what a compressed layer expands to before its blob is verified; nil for a
+	// plain tar, which expands to its own size.
+	budget *expansion
+
 	// Set before done is closed. diffID is empty for an uncompressed layer.
 	diffID digest.Digest
+	facts  layerFacts
 	err    error
 }
 
@@ -103,6 +108,15 @@ func (e *extraction) close() {
 	}
 }
 
+// stop ends the extraction of a committed blob that is not to be used: one following its file
+// fails at its next read; one fed from the writer's buffers has all of its bytes already.
+func (e *extraction) stop() {
+	e.gaveUp.Store(true)
+	if e.follow != nil {
+		e.follow.close(true)
+	}
+}
+
 // abort ends the extraction of a blob that was not committed and removes what it wrote.
 func (e *extraction) abort() {
 	e.gaveUp.Store(true)
@@ -115,9 +129,22 @@ func (e *extraction) abort() {
 
 func (e *extraction) run(ctx context.Context) {
 	defer close(e.done)
+	defer func() {
+		// A failed extraction's files go at once, not at the import's end: a layer that passed
+		// its bound leaves no more than the bound behind while the archive is still read.
+		if e.err != nil {
+			_ = os.RemoveAll(e.dir)
+		}
+	}()
 	if e.follow != nil {
 		defer e.follow.f.Close()
-		e.diffID, e.err = extract(ctx, e.dir, bufio.NewReaderSize(e.follow, 256<<10), true)
+		src := bufio.NewReaderSize(e.follow, 256<<10)
+		e.diffID, e.facts, e.err = extract(ctx, e.dir, src, func(dr io.Reader) io.Reader {
+			if e.budget == nil {
+				return dr
+			}
+			return &boundedReader{r: dr, b: e.budget, follow: e.follow}
+		})
 		// The blob's pages that the writer kept for this extraction (see fileWriter.dropBehind)
 		// are not needed any more; those still dirty stay.
 		pagecache.Drop(e.follow.f, 0, 0)
@@ -129,19 +156,21 @@ func (e *extraction) run(ctx context.Context) {
 		e.gaveUp.Store(true)
 		r.drain()
 	}()
-	e.diffID, e.err = extract(ctx, e.dir, r, false)
+	e.diffID, e.facts, e.err = extract(ctx, e.dir, r, nil)
 }
 
 // extract applies the layer read from r to dir as containerd's overlay applier does and returns
 // the digest of its uncompressed bytes; empty when they are r's own (the blob's digest, which the
-// writer computes).
-func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (digest.Digest, error) {
-	if !compressed {
-		if err := applyLayer(ctx, dir, r); err != nil {
-			return "", err
+// writer computes). bound is nil for a plain tar; for a compressed layer it wraps the
+// decompressed stream, and the error of the wrapper's Read ends the extraction.
+func extract(ctx context.Context, dir string, r io.Reader, bound func(io.Reader) io.Reader) (digest.Digest, layerFacts, error) {
+	if bound == nil {
+		facts, err := applyLayer(ctx, dir, r)
+		if err != nil {
+			return "", facts, err
 		}
-		_, err := io.Copy(io.Discard, r)
-		return "", err
+		_, err = io.Copy(io.Discard, r)
+		return "", facts, err
 	}
 	// Decompressed in-process: containerd's helper would hand gzip to unpigz when the host has it,
 	// which measured slower here (a process and two pipes per layer).
@@ -150,39 +179,114 @@ func extract(ctx context.Context, dir string, r io.Reader, compressed bool) (dig
 	case compression.Gzip:
 		zr, err := kgzip.NewReader(r)
 		if err != nil {
-			return "", err
+			return "", layerFacts{}, err
 		}
 		defer zr.Close()
 		dr = zr
 	case compression.Zstd:
 		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
 		if err != nil {
-			return "", err
+			return "", layerFacts{}, err
 		}
 		defer zr.Close()
 		dr = zr
 	default:
-		return "", fmt.Errorf("unknown compression, starting %x", head)
+		return "", layerFacts{}, fmt.Errorf("unknown compression, starting %x", head)
 	}
 	// Decompressing and hashing in one goroutine, writing the files in another: a layer takes
 	// two cores, as containerd's unpack with unpigz beside it does.
 	h := sha256.New()
-	ra := startReadAhead(dr, decompressQueue, decompressPiece, func(b []byte) { h.Write(b) })
+	ra := startReadAhead(bound(dr), decompressQueue, decompressPiece, func(b []byte) { h.Write(b) })
 	pr := &pieceReader{ch: ra.pieces}
-	err := applyLayer(ctx, dir, pr)
+	facts, err := applyLayer(ctx, dir, pr)
 	if err == nil {
 		// What follows the tar's end counts for the diff ID.
 		_, err = io.Copy(io.Discard, pr)
 	}
 	ra.close() // the decompressor is done: ra.err and h are this goroutine's
 	pr.drain()
-	if err != nil {
-		return "", err
-	}
 	if ra.err != nil {
-		return "", ra.err
+		// The decompressor's error first: a layer cut off by its bound fails the applier too.
+		return "", facts, ra.err
 	}
-	return digest.NewDigest(digest.SHA256, h), nil
+	if err != nil {
+		return "", facts, err
+	}
+	return digest.NewDigest(digest.SHA256, h), facts, nil
+}
+
+// Expansion before verification.
+//
+// A compressed layer is extracted while its blob is written, before the blob's digest is known
+// and before the archive's manifests say whether any image has it as a layer: a small member of
+// an archive can decompress to any size (16 KB of zstd to 512 MiB). So what the compressed
+// layers of one import expand to is bounded while they are unverified: at most expansionFloor
+// plus expansionRatio times the compressed bytes they read, for all of them together (a bound
+// per layer would let many small members each take the floor), and what a layer that failed had
+// counted stays counted, so that the bound holds for all the bytes the import writes, not only
+// for those it keeps. A layer that would pass it stops
+// there, its files are removed at once, and it is left to containerd's unpack, which verifies
+// the blob first and unpacks only the layers of the archive's images, as it does without one
+// pass. A plain tar expands to its own size, which the content store holds already, and is not
+// counted. The bound is generous for layers as images hold them (gzip and zstd compress files
+// 2 to 10 times); what passes it is a file of zeros or an attack.
+
+const (
+	// expansionFloor is what an import's compressed layers may expand to before they are
+	// verified, whatever their size.
+	expansionFloor = 32 << 20
+	// expansionRatio is how many bytes an unverified layer may expand to per compressed byte
+	// read, on top of the floor.
+	expansionRatio = 32
+)
+
+// errExpansionBound ends the extraction of a layer that would expand past the import's bound.
+var errExpansionBound = errors.New("the layer expands past the bound of unverified layers; left to containerd's unpack")
+
+// expansion is the bound of one import's unverified layers.
+type expansion struct {
+	floor, ratio int64
+	mu           sync.Mutex
+	expanded     int64 // decompressed bytes handed to the appliers
+	read         int64 // compressed bytes they came from
+}
+
+func newExpansion(floor, ratio int64) *expansion {
+	return &expansion{floor: floor, ratio: ratio}
+}
+
+// charge counts n more decompressed bytes, from read more compressed ones, or reports, counting
+// nothing, that they pass the bound.
+func (x *expansion) charge(n, read int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.read += read
+	if x.expanded+n > x.floor+x.ratio*x.read {
+		return false
+	}
+	x.expanded += n
+	return true
+}
+
+// boundedReader reads a layer's decompressed stream within its import's bound.
+type boundedReader struct {
+	r      io.Reader
+	b      *expansion
+	follow *follower
+	read   int64 // compressed bytes counted
+}
+
+func (br *boundedReader) Read(p []byte) (int, error) {
+	n, err := br.r.Read(p)
+	if n > 0 {
+		read := br.follow.read()
+		ok := br.b.charge(int64(n), read-br.read)
+		br.read = read
+		if !ok {
+			return 0, errExpansionBound
+		}
+	}
+	return n, err
 }
 
 // decompressPiece and decompressQueue size the hand-over from a layer's decompression to its

@@ -44,11 +44,20 @@ import (
 // What keeps it as safe as containerd's own unpack:
 //   - a staged layer is used only if the digest of its decompressed bytes is the diff ID its
 //     image's config names at that place; anything else is unpacked by containerd as before;
+//   - what compressed layers expand to before their blobs are verified is bounded (see
+//     expansion in extract.go): a layer that passes the bound is left to containerd, which
+//     verifies its blob first; once the archive is read, the extractions of blobs that no
+//     manifest of its images names as a layer are stopped and removed, before anything is
+//     unpacked;
+//   - a layer holding whiteouts is used only above another: at the bottom of an image,
+//     containerd's applier turns whiteouts into nothing (the snapshot is a bind mount), where
+//     the overlay applier one pass uses creates devices and xattrs;
 //   - the extracted files are synced (one syncfs of the snapshotter's filesystem) before the
 //     first snapshot is committed;
 //   - snapshots are committed under the import's lease, before any image exists: a failed import
-//     deletes the lease and the garbage collector removes them, and staging directories never
-//     outlive the import (those of a killed process go at the next start);
+//     deletes the lease synchronously, so the garbage collector has removed them when it
+//     returns, and staging directories never outlive the import, every extraction waited for
+//     (those of a killed process go at the next start);
 //   - a layer this process cannot extract (a whiteout it may not create, an opaque directory
 //     without CAP_SYS_ADMIN, a compression it does not know) is left to containerd.
 
@@ -68,6 +77,8 @@ type onePass struct {
 	root        string // the snapshotter's root: snapshots/ is below it
 	tmp         string // root/stageDirName
 	slots       chan struct{}
+	// floor and ratio bound each import's unverified expansion (see expansion).
+	floor, ratio int64
 }
 
 // findOnePass returns one-pass unpack into the snapshotter, or nil, logging why, when this process
@@ -108,7 +119,8 @@ func newOnePass(snapshotter, root string) (*onePass, error) {
 		return nil, err
 	}
 
-	p := &onePass{snapshotter: snapshotter, root: root, tmp: filepath.Join(root, stageDirName), slots: make(chan struct{}, maxExtractions)}
+	p := &onePass{snapshotter: snapshotter, root: root, tmp: filepath.Join(root, stageDirName), slots: make(chan struct{}, maxExtractions),
+		floor: expansionFloor, ratio: expansionRatio}
 	if err := os.MkdirAll(p.tmp, 0o700); err != nil {
 		return nil, err
 	}
@@ -166,8 +178,12 @@ type stager struct {
 	running       atomic.Int64
 	stop, flushed chan struct{}
 
+	// budget bounds the expansion of the import's compressed layers before they are verified.
+	budget *expansion
+
 	mu     sync.Mutex
 	layers map[digest.Digest]*extraction
+	all    []*extraction // every extraction begun, for remove to wait for
 	closed bool
 }
 
@@ -188,7 +204,8 @@ func (p *onePass) newStager() (*stager, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("one-pass unpack: lock %s: %w", dir, err)
 	}
-	st := &stager{p: p, dir: dir, lock: f, layers: map[digest.Digest]*extraction{}, stop: make(chan struct{}), flushed: make(chan struct{})}
+	st := &stager{p: p, dir: dir, lock: f, layers: map[digest.Digest]*extraction{}, stop: make(chan struct{}), flushed: make(chan struct{}),
+		budget: newExpansion(p.floor, p.ratio)}
 	go st.flush()
 	return st, nil
 }
@@ -229,14 +246,36 @@ func (st *stager) wait() {
 	}
 }
 
-// remove waits for every extraction and removes all that was staged and not taken.
+// keep stops the extractions of committed blobs that are not in named (the layers of the
+// archive's images) and removes what they wrote, before it returns.
+func (st *stager) keep(named map[digest.Digest]bool) {
+	st.mu.Lock()
+	var drop []*extraction
+	for d, e := range st.layers {
+		if !named[d] {
+			drop = append(drop, e)
+			delete(st.layers, d)
+		}
+	}
+	st.mu.Unlock()
+	for _, e := range drop {
+		e.stop()
+	}
+	for _, e := range drop {
+		<-e.done
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// remove waits for every extraction, committed or not, and removes all that was staged and not
+// taken.
 func (st *stager) remove() {
 	close(st.stop)
 	<-st.flushed
 	st.mu.Lock()
 	st.closed = true
-	ls := st.layers
-	st.layers = nil
+	ls := st.all
+	st.layers, st.all = nil, nil
 	st.mu.Unlock()
 	for _, e := range ls {
 		<-e.done
@@ -284,6 +323,12 @@ func (st *stager) begin(ctx context.Context, head []byte, path string) *extracti
 	// The snapshot's directory has the mode containerd gives it, whatever the umask.
 	_ = os.Chmod(dir, 0o755)
 	e := &extraction{dir: dir, ch: make(chan piece, extractQueue), done: make(chan struct{}), follow: follow}
+	if compressed {
+		e.budget = st.budget
+	}
+	st.mu.Lock()
+	st.all = append(st.all, e)
+	st.mu.Unlock()
 	st.running.Add(1)
 	go func() {
 		defer st.running.Add(-1)
@@ -320,26 +365,26 @@ func (st *stager) finish(dgst digest.Digest, e *extraction) {
 	st.layers[dgst] = e
 }
 
-// take waits for the extraction of blob dgst and hands its directory over, or returns false when
-// there is none or it failed.
-func (st *stager) take(dgst digest.Digest) (dir string, diffID digest.Digest, ok bool) {
+// take waits for the extraction of blob dgst and hands its directory over, with what it found in
+// the layer, or returns false when there is none or it failed.
+func (st *stager) take(dgst digest.Digest) (dir string, diffID digest.Digest, facts layerFacts, ok bool) {
 	st.mu.Lock()
 	e := st.layers[dgst]
 	delete(st.layers, dgst)
 	st.mu.Unlock()
 	if e == nil {
-		return "", "", false
+		return "", "", layerFacts{}, false
 	}
 	<-e.done
 	if e.err != nil {
 		_ = os.RemoveAll(e.dir)
-		return "", "", false
+		return "", "", layerFacts{}, false
 	}
 	if e.diffID == "" {
 		// An uncompressed layer: its diff ID is its digest, hashed as it was written.
-		return e.dir, e.blob, true
+		return e.dir, e.blob, e.facts, true
 	}
-	return e.dir, e.diffID, true
+	return e.dir, e.diffID, e.facts, true
 }
 
 // onePassResult counts the layers of an import by who unpacked them.
@@ -378,8 +423,8 @@ func (s *Store) commitStagedLayers(ctx context.Context, st *stager, img images.I
 			res.present++
 			continue
 		}
-		dir, diffID, ok := st.take(l.Digest)
-		if !ok || diffID != diffIDs[i] {
+		dir, diffID, facts, ok := st.take(l.Digest)
+		if !ok || diffID != diffIDs[i] || i == 0 && facts.whiteouts {
 			if ok {
 				_ = os.RemoveAll(dir)
 			}
