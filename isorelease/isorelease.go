@@ -74,6 +74,7 @@ func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.Re
 		if err != nil {
 			return nil, fmt.Errorf("ISO %s: %w", redact.URL(src), err)
 		}
+		defer r.Close()
 		c, err := Read(r, r.Size())
 		if c != nil {
 			c.Requests, c.Bytes = r.Stats()
