@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -156,9 +158,9 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (fromPeer, o
 func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q request) {
 	ctx := r.Context()
 	var (
-		ref, dgst, mediaType string
-		body                 []byte
-		err                  error
+		ref, root, dgst, mediaType string
+		body                       []byte
+		err                        error
 	)
 	if digestRE.MatchString(q.ref) {
 		dgst = q.ref
@@ -167,11 +169,8 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 			h.fail(w, r, "manifests", http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("manifest %s is not one of a release image", dgst))
 			return
 		}
-		ref, mediaType = e.ref, e.mediaType
-		body, err = readManifest(ctx, h.content, dgst)
-		if errors.Is(err, ErrNotFound) && h.peers != nil && !q.fromPeer {
-			body, mediaType, err = h.peers.manifest(ctx, peerPath(r), dgst, mediaType)
-		}
+		ref, root = e.ref, e.root
+		body, mediaType, err = h.manifest(ctx, q, dgst, e)
 	} else {
 		if !tagRE.MatchString(q.ref) {
 			h.fail(w, r, "manifests", http.StatusNotFound, "TAG_INVALID", fmt.Sprintf("tag %q is not valid", q.ref))
@@ -181,23 +180,15 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 			h.fail(w, r, "manifests", http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("%s:%s is not an image of a release this node serves", q.name, q.ref))
 			return
 		}
-		var d Descriptor
-		d, err = h.content.Resolve(ctx, ref)
-		if err == nil {
-			dgst, mediaType = d.Digest, d.MediaType
-			body, err = readManifest(ctx, h.content, dgst)
-		}
-		if errors.Is(err, ErrNotFound) && h.peers != nil && !q.fromPeer {
-			body, mediaType, err = h.peers.manifest(ctx, peerPath(r), "", "")
-			dgst = digestOf(body)
-		}
+		dgst, body, mediaType, err = h.resolveTag(ctx, q, ref)
+		root = dgst
 	}
 	if errors.Is(err, ErrNotFound) {
 		h.fail(w, r, "manifests", http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("manifest %s of %s is held by neither this node nor a peer", q.ref, q.name))
 		return
 	}
 	if err == nil {
-		err = h.scope.admit(ref, dgst, mediaType, body)
+		err = h.scope.admit(ref, root, dgst, mediaType, body)
 	}
 	if err != nil {
 		h.log.Error("serve manifest", "name", q.name, "reference", q.ref, "err", err)
@@ -214,16 +205,70 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 	}
 }
 
-// inScope returns the scope's entry of dgst, refreshing the scope from the store once when it has
-// none.
+// resolveTag returns the manifest the listed image ref is served as. A pinned reference is one
+// of its pins, from the node's store or, by digest, from a peer; what the store or a peer holds
+// under the tag does not count. A reference with no pin is what the node's store holds under the
+// tag, and never a peer's: a peer cannot say what a tag names.
+func (h *Handler) resolveTag(ctx context.Context, q request, ref string) (dgst string, body []byte, mediaType string, err error) {
+	pins := pinsOf(h.catalog, ref)
+	local, lerr := h.content.Resolve(ctx, ref)
+	if lerr != nil && !errors.Is(lerr, ErrNotFound) {
+		return "", nil, "", lerr
+	}
+	if len(pins) == 0 {
+		if lerr != nil {
+			return "", nil, "", lerr
+		}
+		body, err = readManifest(ctx, h.content, local.Digest)
+		return local.Digest, body, local.MediaType, err
+	}
+	if lerr == nil {
+		// The pin the store holds under the tag goes first: it needs no peer.
+		if i := slices.Index(pins, local.Digest); i > 0 {
+			pins = slices.Concat(pins[i:i+1], pins[:i], pins[i+1:])
+		}
+	}
+	err = ErrNotFound
+	for _, p := range pins {
+		e := entry{manifest: true, size: -1, ref: ref, root: p}
+		if lerr == nil && local.Digest == p {
+			e.mediaType = local.MediaType
+		}
+		body, mediaType, err = h.manifest(ctx, q, p, e)
+		if err == nil {
+			return p, body, mediaType, nil
+		}
+		if ctx.Err() != nil {
+			return "", nil, "", ctx.Err()
+		}
+	}
+	return "", nil, "", err
+}
+
+// manifest returns the manifest dgst, which the scope knows as e: from the node's store, else,
+// for a request that is not a peer's, from the peers, checked against dgst.
+func (h *Handler) manifest(ctx context.Context, q request, dgst string, e entry) ([]byte, string, error) {
+	body, err := readManifest(ctx, h.content, dgst)
+	if errors.Is(err, ErrNotFound) && h.peers != nil && !q.fromPeer {
+		return h.peers.manifest(ctx, q.path("manifests", dgst), dgst, e.mediaType, e.size)
+	}
+	return body, e.mediaType, err
+}
+
+// path is the path and query a peer is asked, by digest, for what q asks.
+func (q request) path(kind, dgst string) string {
+	p := "/v2/" + q.name + "/" + kind + "/" + dgst
+	if q.ns != "" {
+		p += "?ns=" + url.QueryEscape(q.ns)
+	}
+	return p
+}
+
+// inScope returns the scope's entry of dgst (see scope.lookup).
 func (h *Handler) inScope(r *http.Request, dgst string) (entry, bool) {
-	if e, ok := h.scope.get(dgst); ok {
-		return e, true
-	}
-	if err := h.scope.refresh(r.Context(), h.content, h.catalog.Refs()); err != nil {
+	return h.scope.lookup(r.Context(), h.content, h.catalog, dgst, func(err error) {
 		h.log.Warn("list the release images' digests", "err", err)
-	}
-	return h.scope.get(dgst)
+	})
 }
 
 func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request, q request) {
@@ -231,7 +276,8 @@ func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request, q request) {
 		h.fail(w, r, "blobs", http.StatusNotFound, "DIGEST_INVALID", fmt.Sprintf("digest %q: want sha256:<64 hex digits>", q.ref))
 		return
 	}
-	if _, ok := h.inScope(r, q.ref); !ok {
+	e, ok := h.inScope(r, q.ref)
+	if !ok {
 		h.fail(w, r, "blobs", http.StatusNotFound, "BLOB_UNKNOWN", fmt.Sprintf("blob %s is not one of a release image", q.ref))
 		return
 	}
@@ -246,10 +292,10 @@ func (h *Handler) serveBlob(w http.ResponseWriter, r *http.Request, q request) {
 		source = "peer"
 		if r.Method == http.MethodHead {
 			// Its size is all a HEAD needs: no peer sends the blob for it.
-			size, err = h.peers.blobSize(r.Context(), peerPath(r), q.ref)
+			size, err = h.peers.blobSize(r.Context(), q.path("blobs", q.ref), q.ref, e.size)
 			break
 		}
-		if b, err = h.peers.blob(r.Context(), peerPath(r), q.ref); err == nil {
+		if b, err = h.peers.blob(r.Context(), q.path("blobs", q.ref), q.ref, e.size); err == nil {
 			defer b.Close()
 			size = b.Size()
 		}
@@ -307,15 +353,6 @@ const copySize = 1 << 20
 
 // copyBufs holds the buffers of blobs being sent, *[]byte of copySize bytes.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copySize); return &b }}
-
-// peerPath is the path and query a peer is asked for what r asks.
-func peerPath(r *http.Request) string {
-	p := r.URL.EscapedPath()
-	if r.URL.RawQuery != "" {
-		p += "?" + r.URL.RawQuery
-	}
-	return p
-}
 
 // fail answers with the distribution API's error body.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, route string, status int, code, msg string) {

@@ -13,6 +13,7 @@ type Metrics struct {
 	sentB    *prometheus.CounterVec
 	recvB    prometheus.Counter
 	refusals prometheus.Counter
+	fetches  *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry's metrics, registered on reg.
@@ -34,8 +35,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "upgrade_repo_registry_peer_refusals_total",
 			Help: "Answers of peers the release image registry refused: wrong bytes, a failed request or an error status.",
 		}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "upgrade_repo_registry_peer_blob_fetches_total",
+			Help: "Requests for blobs the node lacks, by whether they started a fetch from peers (started) or waited for one under way (joined).",
+		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.sentB, m.recvB, m.refusals} {
+	for _, c := range []prometheus.Collector{m.requests, m.sentB, m.recvB, m.refusals, m.fetches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register registry metrics: %w", err)
 		}
@@ -67,6 +72,12 @@ func (m *Metrics) refused() {
 	}
 }
 
+func (m *Metrics) fetch(kind string) {
+	if m != nil {
+		m.fetches.WithLabelValues(kind).Inc()
+	}
+}
+
 // SentBytes returns the counter of blob bytes sent from source ("local" or "peer").
 func (m *Metrics) SentBytes(source string) prometheus.Counter { return m.sentB.WithLabelValues(source) }
 
@@ -75,3 +86,7 @@ func (m *Metrics) ReceivedBytes() prometheus.Counter { return m.recvB }
 
 // Refusals returns the counter of peers' answers refused.
 func (m *Metrics) Refusals() prometheus.Counter { return m.refusals }
+
+// BlobFetches returns the counter of requests for blobs the node lacks of kind "started" (a fetch
+// from peers) or "joined" (a wait for one under way).
+func (m *Metrics) BlobFetches(kind string) prometheus.Counter { return m.fetches.WithLabelValues(kind) }

@@ -63,11 +63,33 @@ func (f *fixture) store(t *testing.T, ns string) *containerd.Store {
 	return s
 }
 
-// serve starts a registry over the namespace ns of the fixture's daemon.
+// serve starts a registry over the namespace ns of the fixture's daemon, serving the listed
+// images with no pin.
 func (f *fixture) serve(t *testing.T, ns string, opts ...registry.Option) *httptest.Server {
 	t.Helper()
+	return f.serveList(t, ns, f.listed, opts...)
+}
+
+// pinned returns the listed images pinned to their digests in the default namespace, where the
+// release was imported: what the agent records for a release it preloaded.
+func (f *fixture) pinned(t *testing.T) []string {
+	t.Helper()
+	s := f.store(t, containerd.DefaultNamespace)
+	var out []string
+	for _, ref := range f.listed {
+		d, err := s.Resolve(t.Context(), ref)
+		require.NoError(t, err)
+		out = append(out, ref+"@"+d.Digest)
+	}
+	return out
+}
+
+// serveList starts a registry over the namespace ns of the fixture's daemon, serving the image
+// list entries.
+func (f *fixture) serveList(t *testing.T, ns string, entries []string, opts ...registry.Option) *httptest.Server {
+	t.Helper()
 	var lists registry.Lists
-	lists.Set("v1.5.2", f.listed)
+	lists.Set("v1.5.2", entries)
 	h, err := registry.NewHandler(f.store(t, ns), &lists, opts...)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
@@ -253,7 +275,7 @@ func TestRegistryFromPeers(t *testing.T) {
 	peers, err := registry.NewPeers(members, registry.PeersConfig{Token: token, Dir: t.TempDir(), Metrics: m})
 	require.NoError(t, err)
 	// Node a's containerd namespace is empty: it holds none of the release's images.
-	lacking := f.serve(t, "empty", registry.WithPeers(peers), registry.WithToken(token), registry.WithMetrics(m))
+	lacking := f.serveList(t, "empty", f.pinned(t), registry.WithPeers(peers), registry.WithToken(token), registry.WithMetrics(m))
 
 	got, err := pull(t, lacking, "library/alpha:v1")
 	require.NoError(t, err)
@@ -311,7 +333,7 @@ func TestRegistryFromPeers(t *testing.T) {
 		only := &peer.StaticMembers{Local: "a", List: []peer.Member{{Name: "b", Addr: strings.TrimPrefix(bad.URL, "http://")}}}
 		p, err := registry.NewPeers(only, registry.PeersConfig{Token: token, Dir: t.TempDir()})
 		require.NoError(t, err)
-		srv := f.serve(t, "empty2", registry.WithPeers(p))
+		srv := f.serveList(t, "empty2", f.pinned(t), registry.WithPeers(p))
 		_, err = pull(t, srv, "library/alpha:v1")
 		require.Error(t, err)
 	})
@@ -327,17 +349,9 @@ type counted struct {
 
 func newCounted(t *testing.T, ref string, layer []byte) *counted {
 	t.Helper()
-	digestOf := func(p []byte) string { return fmt.Sprintf("sha256:%x", sha256.Sum256(p)) }
-	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`)
-	m, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digestOf(cfg), "size": len(cfg)},
-		"layers":        []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digestOf(layer), "size": len(layer)}},
-	})
-	require.NoError(t, err)
-	return &counted{ref: ref, manifest: digestOf(m), reads: map[string]int{},
-		blobs: map[string][]byte{digestOf(m): m, digestOf(cfg): cfg, digestOf(layer): layer}}
+	m, cfg := oneLayerImage(t, ref, layer)
+	return &counted{ref: ref, manifest: sha(m), reads: map[string]int{},
+		blobs: map[string][]byte{sha(m): m, sha(cfg): cfg, sha(layer): layer}}
 }
 
 func (c *counted) Resolve(_ context.Context, ref string) (registry.Descriptor, error) {

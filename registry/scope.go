@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 )
 
 // Media types of manifests and indexes, docker's and OCI's.
@@ -31,17 +35,51 @@ var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 type entry struct {
 	mediaType string
 	manifest  bool
-	// ref is the listed image the digest was reached from.
-	ref string
+	// size is the digest's size as the manifest that named it says; -1 when unknown (a pinned
+	// manifest, which is bounded by maxManifest instead).
+	size int64
+	// ref is the listed image the digest was reached from, and root the digest of that image's
+	// manifest or index (a pin, or the target the node's store gives the tag).
+	ref, root string
 }
 
-// scope is the set of digests that belong to listed images: only those are served. It is safe
-// for concurrent use.
+// Bounds of the scope's work on digests it does not admit (see lookup).
+const (
+	// rescanAfter is how old the last walk of the store must be before a digest outside the
+	// scope (and not a recent miss) makes the scope walk it again: the catalog's changes are
+	// what make it walk; this only catches the store's own (an image imported under a listed
+	// reference that no pin names).
+	rescanAfter = time.Minute
+	// missTTL is how long a digest outside the scope is answered as one without a walk.
+	missTTL = 5 * time.Minute
+	// maxMisses bounds the negative cache; past it, it starts again empty.
+	maxMisses = 4096
+	// walkTimeout bounds one walk of the store, which its waiters share.
+	walkTimeout = 2 * time.Minute
+)
+
+// scope is the set of digests that belong to listed images: only those are served. It walks the
+// store once per change of the catalog, answers the digests it does not admit from a bounded
+// negative cache, and collapses concurrent walks into one. It is safe for concurrent use.
 type scope struct {
 	mu      sync.Mutex
 	digests map[string]entry
-	// rebuild serializes rebuilds, so that a burst of misses walks the store once.
-	rebuild sync.Mutex
+	// key is the catalog's version the last walk was made for, walked when it ended (zero:
+	// never).
+	key    string
+	walked time.Time
+	// misses are digests found outside the scope since the last walk, with when.
+	misses map[string]time.Time
+	// flight is the walk in progress, nil when none.
+	flight *walkFlight
+	// now is the clock (time.Now).
+	now func() time.Time
+}
+
+// walkFlight is one walk of the store, shared by the lookups that wait for it.
+type walkFlight struct {
+	done chan struct{}
+	err  error
 }
 
 func (s *scope) get(dgst string) (entry, bool) {
@@ -54,6 +92,10 @@ func (s *scope) get(dgst string) (entry, bool) {
 func (s *scope) put(dgst string, e entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.putLocked(dgst, e)
+}
+
+func (s *scope) putLocked(dgst string, e entry) {
 	if s.digests == nil {
 		s.digests = map[string]entry{}
 	}
@@ -61,6 +103,103 @@ func (s *scope) put(dgst string, e entry) {
 		return
 	}
 	s.digests[dgst] = e
+	delete(s.misses, dgst)
+}
+
+func (s *scope) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// catalogKey returns what identifies the catalog's current content: its generation when it has
+// one, else its references and pins.
+func catalogKey(c Catalog) string {
+	if v, ok := c.(Versioned); ok {
+		return "g" + strconv.FormatUint(v.Generation(), 10)
+	}
+	var b strings.Builder
+	for _, ref := range c.Refs() {
+		b.WriteString(ref)
+		for _, p := range pinsOf(c, ref) {
+			b.WriteString("@" + p)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// pinsOf returns the digests c pins ref to, none when c pins nothing.
+func pinsOf(c Catalog, ref string) []string {
+	if p, ok := c.(Pinned); ok {
+		return p.Pins(ref)
+	}
+	return nil
+}
+
+// lookup returns the scope's entry of dgst. A digest outside the scope makes the scope walk the
+// store (once, whoever else waits for it) only when the catalog changed since the last walk, or
+// when that walk is older than rescanAfter and dgst is not a recent miss; otherwise it is
+// answered as a miss at once. A walk that fails is logged with log and leaves the scope as it was.
+func (s *scope) lookup(ctx context.Context, c Content, cat Catalog, dgst string, log func(error)) (entry, bool) {
+	key := catalogKey(cat)
+	s.mu.Lock()
+	if e, ok := s.digests[dgst]; ok {
+		s.mu.Unlock()
+		return e, true
+	}
+	now := s.clock()
+	if !s.walked.IsZero() && s.key == key {
+		if t, ok := s.misses[dgst]; ok && now.Sub(t) < missTTL {
+			s.mu.Unlock()
+			return entry{}, false
+		}
+		if now.Sub(s.walked) < rescanAfter {
+			s.missLocked(dgst, now)
+			s.mu.Unlock()
+			return entry{}, false
+		}
+	}
+	fl := s.flight
+	if fl == nil {
+		fl = &walkFlight{done: make(chan struct{})}
+		s.flight = fl
+		// The walk is shared: the request that started it may go away, the others still wait.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), walkTimeout)
+		go func() {
+			defer cancel()
+			err := s.refresh(wctx, c, cat, key)
+			s.mu.Lock()
+			s.flight = nil
+			s.mu.Unlock()
+			fl.err = err
+			close(fl.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		return entry{}, false
+	}
+	if fl.err != nil && log != nil {
+		log(fl.err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.digests[dgst]; ok {
+		return e, true
+	}
+	s.missLocked(dgst, s.clock())
+	return entry{}, false
+}
+
+func (s *scope) missLocked(dgst string, now time.Time) {
+	if s.misses == nil || len(s.misses) >= maxMisses {
+		s.misses = map[string]time.Time{}
+	}
+	s.misses[dgst] = now
 }
 
 // manifestDoc is what the registry reads of a manifest or an index.
@@ -105,31 +244,51 @@ func parseManifest(body []byte, mediaType string) (string, []childDesc, bool, er
 	return mediaType, children, false, nil
 }
 
-// admit puts the manifest dgst of image ref and its children into the scope.
-func (s *scope) admit(ref, dgst, mediaType string, body []byte) error {
+// admit puts the manifest dgst of image ref (reached from the manifest or index root) and its
+// children into the scope, with the sizes the manifest gives them.
+func (s *scope) admit(ref, root, dgst, mediaType string, body []byte) error {
 	mt, children, index, err := parseManifest(body, mediaType)
 	if err != nil {
 		return fmt.Errorf("manifest %s of %s: %w", dgst, ref, err)
 	}
-	s.put(dgst, entry{mediaType: mt, manifest: true, ref: ref})
 	for _, c := range children {
 		if !digestRE.MatchString(c.Digest) {
 			return fmt.Errorf("manifest %s of %s: child digest %q: want sha256:<64 hex digits>", dgst, ref, c.Digest)
 		}
-		s.put(c.Digest, entry{mediaType: c.MediaType, manifest: index, ref: ref})
+		if c.Size < 0 {
+			return fmt.Errorf("manifest %s of %s: child %s has size %d", dgst, ref, c.Digest, c.Size)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.putLocked(dgst, entry{mediaType: mt, manifest: true, size: int64(len(body)), ref: ref, root: root})
+	for _, c := range children {
+		s.putLocked(c.Digest, entry{mediaType: c.MediaType, manifest: index, size: c.Size, ref: ref, root: root})
 	}
 	return nil
 }
 
-// refresh rebuilds the scope from the listed images the store holds, walking each one's index and
-// manifests; digests admitted earlier for images still listed (those served from peers) are kept.
-func (s *scope) refresh(ctx context.Context, c Content, refs []string) error {
-	s.rebuild.Lock()
-	defer s.rebuild.Unlock()
+// refresh rebuilds the scope for the catalog's version key: the pinned manifests of the listed
+// images and what the store holds of them, and, for a listed image with no pin, what the store
+// holds under its tag. Digests admitted earlier (those served from peers) are kept while their
+// image is listed with the same pins.
+func (s *scope) refresh(ctx context.Context, c Content, cat Catalog, key string) error {
 	fresh := &scope{}
-	listed := make(map[string]bool, len(refs))
-	for _, ref := range refs {
-		listed[ref] = true
+	type listing struct{ pins []string }
+	listed := map[string]listing{}
+	for _, ref := range cat.Refs() {
+		pins := pinsOf(cat, ref)
+		listed[ref] = listing{pins: pins}
+		if len(pins) > 0 {
+			// The tag resolves only to its pins: what the store holds under it does not count.
+			for _, p := range pins {
+				fresh.put(p, entry{manifest: true, size: -1, ref: ref, root: p})
+				if err := fresh.walk(ctx, c, ref, p, p, "", 0); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		d, err := c.Resolve(ctx, ref)
 		if errors.Is(err, ErrNotFound) {
 			continue
@@ -137,22 +296,27 @@ func (s *scope) refresh(ctx context.Context, c Content, refs []string) error {
 		if err != nil {
 			return fmt.Errorf("resolve %s: %w", ref, err)
 		}
-		if err := fresh.walk(ctx, c, ref, d.Digest, d.MediaType, 0); err != nil {
+		if err := fresh.walk(ctx, c, ref, d.Digest, d.Digest, d.MediaType, 0); err != nil {
 			return err
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for d, e := range s.digests {
-		if _, ok := fresh.digests[d]; !ok && listed[e.ref] {
-			fresh.put(d, e)
+		if _, ok := fresh.digests[d]; ok {
+			continue
+		}
+		l, ok := listed[e.ref]
+		if ok && (len(l.pins) == 0 || slices.Contains(l.pins, e.root)) {
+			fresh.putLocked(d, e)
 		}
 	}
 	s.digests = fresh.digests
+	s.key, s.walked, s.misses = key, s.clock(), nil
 	return nil
 }
 
-func (s *scope) walk(ctx context.Context, c Content, ref, dgst, mediaType string, depth int) error {
+func (s *scope) walk(ctx context.Context, c Content, ref, root, dgst, mediaType string, depth int) error {
 	if depth > maxDepth {
 		return nil
 	}
@@ -163,7 +327,7 @@ func (s *scope) walk(ctx context.Context, c Content, ref, dgst, mediaType string
 	if err != nil {
 		return err
 	}
-	if err := s.admit(ref, dgst, mediaType, body); err != nil {
+	if err := s.admit(ref, root, dgst, mediaType, body); err != nil {
 		return err
 	}
 	e, _ := s.get(dgst)
@@ -172,7 +336,7 @@ func (s *scope) walk(ctx context.Context, c Content, ref, dgst, mediaType string
 		return nil
 	}
 	for _, m := range children {
-		if err := s.walk(ctx, c, ref, m.Digest, m.MediaType, depth+1); err != nil {
+		if err := s.walk(ctx, c, ref, root, m.Digest, m.MediaType, depth+1); err != nil {
 			return err
 		}
 	}
