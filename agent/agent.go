@@ -22,6 +22,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/idle"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
@@ -214,7 +215,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.Mirror != nil {
 		v2 = deps.Mirror.Handler
 	}
-	a.http = &http.Server{Handler: routes(peers, a.board, step, a.server, v2), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	a.http = newServer(routes(peers, a.board, step, a.server, v2))
 	if deps.Kube != nil {
 		a.plans = newInstructions()
 		w, err := report.NewWriter(deps.Kube, cfg.Node)
@@ -228,6 +229,24 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// Bounds of the agent's HTTP servers (see newServer).
+const (
+	// readTimeout bounds the reading of a request, headers and body: the agent's requests carry
+	// no body but a node step's small report.
+	readTimeout = time.Minute
+	// writeIdle is how long a response may make no progress before its connection is cut: not a
+	// bound of the whole response, since a release ISO of several GB goes out in one.
+	writeIdle = time.Minute
+	// idleTimeout is how long a kept-alive connection may wait for its next request.
+	idleTimeout = 2 * time.Minute
+)
+
+// newServer returns an HTTP server of h with the agent's read, write and idle bounds; the write
+// bound is the listener's, which Serve must be given wrapped by idle.Listener with writeIdle.
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout, IdleTimeout: idleTimeout}
 }
 
 // routes returns the agent's HTTP handler: the peers' ISOs, the status, the node step's reports
@@ -262,7 +281,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent listening", "node", a.cfg.Node, "http", a.ln.Addr().String(), "advertise", a.gossip.HTTPAddr(), "report", a.kube != nil)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := a.http.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := a.http.Serve(idle.Listener(a.ln, writeIdle)); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
 		return nil

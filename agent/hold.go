@@ -285,6 +285,7 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		if _, _, err := p.Run(ctx, fs.FS(fsys)); err != nil && ctx.Err() == nil {
 			a.log.Error("preload images", "err", err)
 		}
+		a.pinImages(ctx, fs.FS(fsys), rel)
 		g, err := preload.NewGuard(a.images, sources, preload.GuardConfig{
 			Interval: a.cfg.ImageCheckInterval, OnRestore: a.board.restored, Log: a.log, Registerer: a.guardMetrics(),
 		}, opts...)

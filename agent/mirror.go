@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/idle"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 )
@@ -47,7 +48,7 @@ func (a *Agent) serveMirror(ctx context.Context) error {
 	if a.mirror.Listener == nil {
 		return nil
 	}
-	srv := &http.Server{Handler: a.mirror.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := newServer(a.mirror.Handler)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Grace)
@@ -57,7 +58,7 @@ func (a *Agent) serveMirror(ctx context.Context) error {
 		}
 	}()
 	a.log.Info("release image registry listening", "addr", a.mirror.Listener.Addr().String())
-	if err := srv.Serve(a.mirror.Listener); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(idle.Listener(a.mirror.Listener, writeIdle)); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve the release image registry: %w", err)
 	}
 	return nil
@@ -68,21 +69,67 @@ func (a *Agent) listImages(fsys fs.FS, rel string) {
 	if a.mirror == nil {
 		return
 	}
-	archives, err := preload.LoadArchives(fsys)
+	refs, err := releaseRefs(fsys)
 	if err != nil {
 		a.log.Warn("release image registry: read the release's image lists", "release", rel, "err", err)
 		return
+	}
+	a.setList(rel, refs)
+}
+
+// pinImages pins each image of release rel, whose verified ISO is fsys, to the digest the node's
+// store gives it once the preload put the release's images there from that ISO: the mirror then
+// serves the tag only as that digest, from the node or, by digest, from peers, never as what a
+// peer says the tag is. An image the store lacks stays listed without a pin (served from the
+// node's store only).
+func (a *Agent) pinImages(ctx context.Context, fsys fs.FS, rel string) {
+	content, ok := a.images.(registry.Content)
+	if a.mirror == nil || !ok {
+		return
+	}
+	refs, err := releaseRefs(fsys)
+	if err != nil {
+		a.log.Warn("release image registry: read the release's image lists", "release", rel, "err", err)
+		return
+	}
+	pinned := 0
+	for i, ref := range refs {
+		d, err := content.Resolve(ctx, ref)
+		if err != nil {
+			if !errors.Is(err, registry.ErrNotFound) && ctx.Err() == nil {
+				a.log.Warn("release image registry: resolve a release image", "ref", ref, "err", err)
+			}
+			continue
+		}
+		refs[i] = registry.Pin(ref, d.Digest)
+		pinned++
+	}
+	a.setList(rel, refs)
+	a.log.Info("release image registry: images pinned", "release", rel, "pinned", pinned, "images", len(refs))
+}
+
+// releaseRefs returns the image references the lists of the release in fsys name.
+func releaseRefs(fsys fs.FS) ([]string, error) {
+	archives, err := preload.LoadArchives(fsys)
+	if err != nil {
+		return nil, err
 	}
 	var refs []string
 	for _, ar := range archives {
 		refs = append(refs, ar.Images...)
 	}
+	return refs, nil
+}
+
+// setList makes the mirror serve the image list entries of release rel, and keeps them in the
+// cache directory.
+func (a *Agent) setList(rel string, refs []string) {
 	a.mirror.Lists.Set(rel, refs)
 	if a.cfg.CacheDir == "" {
 		return
 	}
 	dir := filepath.Join(a.cfg.CacheDir, listsDir)
-	err = os.MkdirAll(dir, 0o755)
+	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, rel+".txt"), []byte(strings.Join(refs, "\n")+"\n"), 0o644)
 	}
