@@ -19,7 +19,8 @@ import (
 
 const isoUsage = `usage: upgrade-repo iso <command> [flags] ISO [...]
 
-ISO is a file or an http(s) URL; a URL is read through Range requests, without downloading it.
+ISO is a file or an http(s) URL; a URL is read through Range requests, without downloading it,
+within --timeout (default 30m) for the whole command, and printed without its secrets.
 
   ls [-R] [-l] [-o json] ISO [PATH]   list a directory (or one file)
   stat [-o json] ISO PATH             describe a file: type, mode, size, owner, time, extents
@@ -78,6 +79,24 @@ func isoFlagSet(a *app, name string) (*flag.FlagSet, *string) {
 	return fset, out
 }
 
+// isoDefaultTimeout bounds every read of a remote image by one command: a 6 GB image read whole
+// (verify --checksum) at 4 MB/s fits; an origin that sends a byte now and then fails in time.
+const isoDefaultTimeout = 30 * time.Minute
+
+// isoTimeoutFlag adds --timeout, the deadline of all the reads of a remote image, to fset.
+func isoTimeoutFlag(fset *flag.FlagSet) *time.Duration {
+	return fset.Duration("timeout", isoDefaultTimeout, "how long all the reads of a remote ISO may take together (0: no limit)")
+}
+
+// isoName is the image's name as it is printed: a URL without its secrets (user:password,
+// presigned query), a file as it is.
+func isoName(name string) string {
+	if repoclient.IsURL(name) {
+		return redact.URL(name)
+	}
+	return name
+}
+
 func isoCheckFormat(out string) error {
 	if out != "text" && out != "json" {
 		return fmt.Errorf("%w: output format %q (want text or json)", errUsage, out)
@@ -94,21 +113,23 @@ type isoImage struct {
 }
 
 // isoOpen opens the image name: a file, or an http(s) URL read through Range requests without
-// downloading it (a few hundred KB for a listing or the release metadata).
-func isoOpen(ctx context.Context, a *app, name string) (*isoImage, error) {
+// downloading it (a few hundred KB for a listing or the release metadata), all its reads within
+// timeout (none when it is 0).
+func isoOpen(ctx context.Context, a *app, name string, timeout time.Duration) (*isoImage, error) {
 	if repoclient.IsURL(name) {
-		r, err := httprange.Open(ctx, &http.Client{Timeout: 5 * time.Minute}, name)
+		r, err := httprange.Open(ctx, &http.Client{Timeout: 5 * time.Minute}, name, httprange.WithDeadline(timeout))
 		if err != nil {
 			return nil, err
 		}
 		fsys, err := iso.Open(r, r.Size())
 		if err != nil {
+			r.Close()
 			return nil, fmt.Errorf("%s: %w", redact.URL(name), err)
 		}
 		done := func() error {
 			reqs, n := r.Stats()
 			a.log.Debug("remote ISO read", "url", redact.URL(name), "size", r.Size(), "requests", reqs, "bytes", n)
-			return nil
+			return r.Close()
 		}
 		return &isoImage{ra: r, fsys: fsys, size: r.Size(), close: done}, nil
 	}
@@ -127,12 +148,12 @@ func isoOpen(ctx context.Context, a *app, name string) (*isoImage, error) {
 func (im *isoImage) Close() error { return im.close() }
 
 // isoOpenPath checks the user's path p, then opens the image name.
-func isoOpenPath(ctx context.Context, a *app, name, p string) (*isoImage, string, error) {
+func isoOpenPath(ctx context.Context, a *app, name, p string, timeout time.Duration) (*isoImage, string, error) {
 	clean, err := isoPath(p)
 	if err != nil {
 		return nil, "", err
 	}
-	im, err := isoOpen(ctx, a, name)
+	im, err := isoOpen(ctx, a, name, timeout)
 	if err != nil {
 		return nil, "", err
 	}
@@ -152,6 +173,7 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "ls")
 	recursive := fset.Bool("R", false, "list subdirectories recursively")
 	long := fset.Bool("l", false, "long listing: mode, links, owner, size, time, name")
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 1, 2)
 	if err != nil {
 		return err
@@ -165,14 +187,14 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	im, err := isoOpen(ctx, a, pos[0])
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	list, dir, err := inspect.List(im.fsys, target, *recursive)
 	if err != nil {
-		return fmt.Errorf("ls %s: %w", pos[0], err)
+		return fmt.Errorf("ls %s: %w", isoName(pos[0]), err)
 	}
 	if *out == "json" {
 		return isoJSON(a.stdout, list)
@@ -199,6 +221,7 @@ func isoJSON(w io.Writer, v any) error {
 
 func isoStat(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "stat")
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 2, 2)
 	if err != nil {
 		return err
@@ -206,14 +229,14 @@ func isoStat(ctx context.Context, a *app, args []string) error {
 	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1])
+	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	info, err := im.fsys.Lstat(p)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", pos[0], err)
+		return fmt.Errorf("stat %s: %w", isoName(pos[0]), err)
 	}
 	e := inspect.Describe(im.fsys, p, info)
 	if *out == "json" {
@@ -239,18 +262,19 @@ func isoStat(ctx context.Context, a *app, args []string) error {
 func isoCat(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1])
+	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	f, err := im.fsys.Open(p)
 	if err != nil {
-		return fmt.Errorf("cat %s: %w", pos[0], err)
+		return fmt.Errorf("cat %s: %w", isoName(pos[0]), err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {

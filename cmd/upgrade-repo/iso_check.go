@@ -18,6 +18,7 @@ import (
 
 func isoInfo(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "info")
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 1, 1)
 	if err != nil {
 		return err
@@ -25,7 +26,7 @@ func isoInfo(ctx context.Context, a *app, args []string) error {
 	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
-	im, err := isoOpen(ctx, a, pos[0])
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
 	if err != nil {
 		return err
 	}
@@ -82,6 +83,7 @@ func isoInfo(ctx context.Context, a *app, args []string) error {
 func isoVerify(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "verify")
 	sum := fset.String("checksum", "", "expected digest of the whole image, sha512:HEX or sha256:HEX")
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 1, 1)
 	if err != nil {
 		return err
@@ -107,26 +109,26 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 			return fmt.Errorf("%w: --checksum %q: not a %s digest in hex", errUsage, *sum, algo)
 		}
 	}
-	im, err := isoOpen(ctx, a, pos[0])
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	rep, err := inspect.Verify(ctx, im.fsys, im.size)
 	if err != nil {
-		return fmt.Errorf("verify %s: %w", pos[0], err)
+		return fmt.Errorf("verify %s: %w", isoName(pos[0]), err)
 	}
 	if newHash != nil {
 		got, err := inspect.Digest(ctx, im.ra, im.size, newHash())
 		if err != nil {
-			return fmt.Errorf("verify %s: checksum: %w", pos[0], err)
+			return fmt.Errorf("verify %s: checksum: %w", isoName(pos[0]), err)
 		}
 		rep.Checksum = strings.SplitN(*sum, ":", 2)[0] + ":" + hex.EncodeToString(got)
 		if !slices.Equal(got, want) {
 			if *out == "json" {
 				_ = isoJSON(a.stdout, rep)
 			}
-			return fmt.Errorf("verify %s: checksum mismatch: image has %s, expected %s", pos[0], rep.Checksum, *sum)
+			return fmt.Errorf("verify %s: checksum mismatch: image has %s, expected %s", isoName(pos[0]), rep.Checksum, *sum)
 		}
 	}
 	rep.OK = true
@@ -145,6 +147,7 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 func isoExtract(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("extract", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
+	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 2, -1)
 	if err != nil {
 		return err
@@ -160,7 +163,7 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 			paths = append(paths, c)
 		}
 	}
-	im, err := isoOpen(ctx, a, pos[0])
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
 	if err != nil {
 		return err
 	}
