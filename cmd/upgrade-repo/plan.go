@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/discovery"
@@ -172,9 +173,11 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		if targetISO, err = isorelease.Open(ctx, hc, o.isoURL); err == nil {
 			target = targetISO.Release
 		} else {
-			reason := "it could not be read"
+			// The reason is the operator's to act on (a refused signature, an origin without
+			// ranges or validators, a damaged image); isorelease names the URL redacted.
+			reason := strings.Join(strings.Fields(err.Error()), " ")
 			if errors.Is(err, httprange.ErrNoRanges) {
-				reason = "its origin does not serve ranges"
+				reason = "its origin does not serve ranges: " + reason
 			}
 			targetISO, isoNote = nil, "the release was not read from the ISO's URL ("+reason+")"
 		}
