@@ -34,6 +34,15 @@ func (r *Reconciler) cleanUp(ctx context.Context, plan *v1beta1.UpgradePlan) err
 	return r.removeCompat(ctx, plan)
 }
 
+// deleteNodeJob deletes the plan's Job of node and, in the background, its pods.
+func (r *Reconciler) deleteNodeJob(ctx context.Context, plan *v1beta1.UpgradePlan, node string) error {
+	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	if err := r.c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name, LabelNode: node}, bg); err != nil {
+		return fmt.Errorf("delete the job of node %s: %w", node, err)
+	}
+	return nil
+}
+
 func (r *Reconciler) recordInstalled(ctx context.Context, plan *v1beta1.UpgradePlan, o Observation) error {
 	rel := o.Release
 	if rel == nil {

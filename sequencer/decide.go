@@ -47,6 +47,9 @@ const (
 	// ActionDeletePod deletes Pod, a pod of Node's Job that a reboot left Pending for good, so
 	// that the Job runs a new one.
 	ActionDeletePod ActionKind = "DeletePod"
+	// ActionDeleteNodeJob deletes Node's Job and its pods: the node was skipped during its
+	// step, which must not run when the node comes back.
+	ActionDeleteNodeJob ActionKind = "DeleteNodeJob"
 	// ActionUncordon marks Node schedulable.
 	ActionUncordon ActionKind = "Uncordon"
 	// ActionApplySUCPlans creates or updates system-upgrade-controller's Plans.
@@ -92,6 +95,8 @@ type Decision struct {
 // Decide computes the next step of o.Plan. It is a pure function: the same observation gives the
 // same decision, and a decision applied twice has the effect of applying it once.
 func Decide(cfg Config, o Observation) Decision {
+	s := scope(o)
+	o.Nodes = s.nodes
 	d := &decider{cfg: cfg, o: o, now: metav1.NewTime(o.Now.UTC().Truncate(time.Second))}
 	d.out.Status = *o.Plan.Status.DeepCopy()
 	d.st = &d.out.Status
@@ -150,6 +155,7 @@ func Decide(cfg Config, o Observation) Decision {
 	}
 	if o.Plan.Status.Phase != v1beta1.PhaseSucceeded {
 		d.recordVersions()
+		d.markSkipped(s)
 	}
 	return d.out
 }
@@ -176,6 +182,12 @@ func (d *decider) recordVersions() {
 		}
 		if target != "" {
 			s.TargetKubeletVersion = target
+		}
+		if images := d.o.ControlPlaneImages[n.Name]; n.ControlPlane && len(images) > 0 {
+			s.ControlPlane = &v1beta1.ControlPlaneVersions{
+				APIServer: imageTag(images["kube-apiserver"]), ControllerManager: imageTag(images["kube-controller-manager"]),
+				Scheduler: imageTag(images["kube-scheduler"]), Etcd: imageTag(images["etcd"]),
+			}
 		}
 		if n.BootID != "" && n.BootID != s.BootID {
 			if s.BootID != "" {

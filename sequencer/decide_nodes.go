@@ -209,6 +209,13 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 			continue
 		}
 		switch {
+		case d.passedOver(r.info[n]):
+			// A worker that is away for good does not hold the others: it waits for its turn
+			// until it is back, or until the operator skips it.
+			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason = v1beta1.NodeUpgradePending, "NodeNotReady"
+				s.Message = "the node is not Ready: passed over until it is back; upgrade-repo upgrade skip " + n + " finishes the plan without it"
+			})
 		case slices.Contains(pausedNodes(p), n):
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
 				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePaused, "NodePaused", "listed in nodeUpgradeOption.pauseNodes"
@@ -304,9 +311,16 @@ func (d *decider) nodeUpgrading() {
 	}
 	stalled := d.stalledNodes(r.working)
 	gateStalled := d.stalledNodes(r.gated)
+	lost := d.lostNodes()
 	switch {
 	case upgraded == len(d.o.Nodes):
 		d.enter(v1beta1.PhaseNodeUpgraded)
+	case len(lost) > 0:
+		msg := strings.Join(lost, "; ")
+		if len(r.working) > 0 {
+			msg += fmt.Sprintf("; %d of %d nodes upgraded, in progress: %s", upgraded, len(d.o.Nodes), strings.Join(r.working, ", "))
+		}
+		d.wait("NodeNotReady", msg, 0, true)
 	case len(r.stuck) > 0:
 		d.wait("NodeJobStuck", strings.Join(r.stuck, "; "), 0, true)
 	case len(stalled) > 0:

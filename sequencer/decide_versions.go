@@ -68,7 +68,9 @@ func (d *decider) clusterWaits(info map[string]NodeInfo) []string {
 	var waits []string
 	for _, name := range orderedNames(d.o.Nodes) {
 		n, rule := info[name], d.rule(name)
-		if rule.inFlight {
+		if rule.inFlight || d.passedOver(n) {
+			// In flight: the concurrency accounts for it. A worker not upgraded yet that is
+			// away for good is passed over (startNodes) and holds no one.
 			continue
 		}
 		if !n.Ready {

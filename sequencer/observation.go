@@ -19,6 +19,9 @@ type NodeInfo struct {
 	// BootID is the node's boot ID (status.nodeInfo.bootID), which changes when it reboots;
 	// empty when unknown.
 	BootID string
+	// NotReadySince is when a node that is not Ready stopped being Ready (its Ready
+	// condition's last transition); zero for a Ready node or when unknown.
+	NotReadySince time.Time
 }
 
 // JobState is what a Job the plan created has come to.
@@ -101,7 +104,7 @@ type Observation struct {
 	ControlPlaneNotReady map[string][]string
 	// ControlPlaneImages gives, for the control-plane nodes, the image each control-plane
 	// component's pod runs, by component (kube-apiserver, kube-controller-manager,
-	// kube-scheduler, etcd). Only in NodeUpgraded.
+	// kube-scheduler, etcd). Only in NodeUpgrading and NodeUpgraded.
 	ControlPlaneImages map[string]map[string]string
 	// KubernetesVersion is the control plane's Kubernetes version (Facts.KubernetesVersion);
 	// empty when unknown.

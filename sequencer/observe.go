@@ -40,7 +40,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		n := &f.Nodes[i]
 		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
 			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion,
-			BootID: n.Status.NodeInfo.BootID})
+			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n)})
 	}
 	var rns v1beta1.RepoNodeList
 	if err := r.c.List(ctx, &rns); err != nil {
@@ -133,9 +133,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		// The control planes: for the gate before each node and the rejoin of each node in
 		// NodeUpgrading, for the versions they run at NodeUpgraded.
 		o.ControlPlaneNotReady = map[string][]string{}
-		if p == v1beta1.PhaseNodeUpgraded {
-			o.ControlPlaneImages = map[string]map[string]string{}
-		}
+		o.ControlPlaneImages = map[string]map[string]string{}
 		for i := range f.Nodes {
 			n := &f.Nodes[i]
 			if !IsControlPlane(n) && plan.Status.NodeUpgradeStatuses[n.Name].State != v1beta1.NodeRejoining {

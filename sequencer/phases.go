@@ -2,6 +2,7 @@ package sequencer
 
 import (
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -53,6 +54,16 @@ func IsReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// notReadySince is when node n stopped being Ready, or zero when it is Ready or does not say.
+func notReadySince(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // NodeOrder returns the order nodes are upgraded in: control-plane nodes first, then the others,

@@ -321,6 +321,8 @@ func (r *Reconciler) apply(ctx context.Context, plan *v1beta1.UpgradePlan, o Obs
 		return nil, r.setUnschedulable(ctx, a.Node, true)
 	case ActionUncordon:
 		return nil, r.setUnschedulable(ctx, a.Node, false)
+	case ActionDeleteNodeJob:
+		return nil, r.deleteNodeJob(ctx, plan, a.Node)
 	case ActionDrain:
 		return r.drain(ctx, a.Node)
 	case ActionDeletePod:
