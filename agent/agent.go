@@ -134,6 +134,9 @@ type Deps struct {
 	// Kube is the cluster the agent reports to and whose UpgradePlans it watches; nil: none.
 	// It must know the v1beta1 kinds.
 	Kube client.WithWatch
+	// Step says whose reports POST /v1/step takes: the node Jobs' pods on this node, their token
+	// verified by its Authenticator. Without an Authenticator every report is refused.
+	Step StepAuth
 }
 
 // Agent is one node's daemon. Create it with New and run it with Run, once.
@@ -179,6 +182,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, errors.New("new agent: the mirror needs its handler and lists")
 	case cfg.ISOFile == "" && cfg.ISOURL == "" && deps.Kube == nil:
 		return nil, errors.New("new agent: without an ISO of its own, the agent follows the cluster's plans: a cluster client is required")
+	case deps.Step.Authenticator != nil && (deps.Step.Namespace == "" || deps.Step.ServiceAccount == ""):
+		return nil, errors.New("new agent: step reports are verified against the node Jobs' namespace and service account: both are required")
 	case deps.Kube != nil && cfg.ReportInterval <= 0:
 		return nil, fmt.Errorf("new agent: report interval %s: want a positive duration", cfg.ReportInterval)
 	}
@@ -210,7 +215,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.server = repo.NewServer(a.repoMetrics, promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{}), a.log)
 	peers := serve.NewHandler(a.log, a.store, deps.PeerMetrics, serve.RequireToken(deps.Token))
-	step := &stepHandler{board: a.board, log: a.log, now: time.Now}
+	step := &stepHandler{board: a.board, gate: newStepGate(deps.Step, cfg.Node, time.Now), log: a.log, now: time.Now}
 	var v2 http.Handler
 	if deps.Mirror != nil {
 		v2 = deps.Mirror.Handler

@@ -197,7 +197,7 @@ func TestReporterWritesStepReports(t *testing.T) {
 			for i, body := range tc.posts {
 				at := t0.Add(time.Duration(i+1) * time.Second)
 				rec := httptest.NewRecorder()
-				newStepHandler(b, at).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, StepPath, strings.NewReader(body)))
+				newStepHandler(b, at).ServeHTTP(rec, stepRequest(http.MethodPost, StepPath, body))
 				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 				require.NoError(t, r.once(t.Context(), at))
 			}
@@ -234,8 +234,8 @@ func TestReporterRunWritesAStepAtOnce(t *testing.T) {
 		start := time.Now()
 
 		rec := httptest.NewRecorder()
-		newStepHandler(b, time.Now()).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, StepPath,
-			strings.NewReader(`{"plan":"up","stage":"OSUpgrading","message":"rebooting"}`)))
+		newStepHandler(b, time.Now()).ServeHTTP(rec, stepRequest(http.MethodPost, StepPath,
+			`{"plan":"up","stage":"OSUpgrading","message":"rebooting"}`))
 		require.Equal(t, http.StatusNoContent, rec.Code)
 		synctest.Wait()
 

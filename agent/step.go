@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/printable"
 )
 
 // StepPath is where an upgrade image's node step reports its stage to its own node's agent:
@@ -52,22 +53,42 @@ func (s StepReport) Validate() error {
 	return nil
 }
 
-// stepHandler records the node step's reports on the board. It does not depend on the ISO: a
-// step reports whether or not the node serves one.
+// stepHandler records the node step's reports on the board, once its gate let them through. It
+// does not depend on the ISO: a step reports whether or not the node serves one.
 type stepHandler struct {
 	board *Board
+	gate  *stepGate
 	log   *slog.Logger
 	now   func() time.Time
 }
 
 var _ http.Handler = (*stepHandler)(nil)
 
-// ServeHTTP answers 204 once the report is on the board, 400 for a body that is not a valid
-// StepReport, 413 for one over maxStepBody, and 405 for a method other than POST.
+// ServeHTTP answers 204 once the report is on the board; 401, 403, 429 or 503 when the gate
+// refuses it (see stepGate.check), the board unchanged; 400 for a body that is not a valid
+// StepReport, 413 for one over maxStepBody, and 405 for a method other than POST. The report's
+// text is escaped (package printable) before it is kept or logged: operators read it on their
+// terminals.
 func (h *stepHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST a step report to "+StepPath, http.StatusMethodNotAllowed)
+		return
+	}
+	if err := h.gate.check(r); err != nil {
+		var refused *errStepRefused
+		code := http.StatusForbidden
+		if errors.As(err, &refused) {
+			code = refused.code
+		}
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="upgrade-repo-step"`)
+		}
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "2")
+		}
+		h.log.Warn("node step report refused", "status", code, "remote", r.RemoteAddr, "err", err)
+		http.Error(w, err.Error(), code)
 		return
 	}
 	var rep StepReport
@@ -90,6 +111,7 @@ func (h *stepHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "step report: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	rep.Plan, rep.Message = printable.String(rep.Plan), printable.String(rep.Message)
 	h.board.step(&v1beta1.RepoNodeStep{
 		Plan: rep.Plan, Stage: rep.Stage, Message: rep.Message,
 		// The API server keeps seconds: what the RepoNode will carry.

@@ -17,9 +17,18 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/repo"
 )
 
-// newStepHandler returns the step handler of b, whose clock says at.
+// newStepHandler returns the step handler of b, whose clock says at, for node n1's step: it
+// takes stepToken (see fakeAuthenticator).
 func newStepHandler(b *Board, at time.Time) *stepHandler {
-	return &stepHandler{board: b, log: slog.New(slog.DiscardHandler), now: func() time.Time { return at }}
+	now := func() time.Time { return at }
+	return &stepHandler{board: b, gate: newStepGate(testStepAuth(newFakeAuthenticator()), "n1", now), log: slog.New(slog.DiscardHandler), now: now}
+}
+
+// stepRequest returns a step report as node n1's step sends it, with its token.
+func stepRequest(method, path, body string) *http.Request {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+stepToken)
+	return r
 }
 
 // POST /v1/step puts a valid report on the board and refuses anything else with a status and a
@@ -90,7 +99,7 @@ func TestStepHandler(t *testing.T) {
 			t.Parallel()
 			b := NewBoard("n1", nil)
 			rec := httptest.NewRecorder()
-			newStepHandler(b, at).ServeHTTP(rec, httptest.NewRequest(tc.method, StepPath, strings.NewReader(tc.body)))
+			newStepHandler(b, at).ServeHTTP(rec, stepRequest(tc.method, StepPath, tc.body))
 			require.Equal(t, tc.code, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), tc.wantBody)
 			if tc.code != http.StatusNoContent {
@@ -138,7 +147,7 @@ func TestRoutes(t *testing.T) {
 			b := NewBoard("n1", nil)
 			h := routes(named("peers"), named("status"), newStepHandler(b, time.Unix(1000, 0)), files, nil)
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			h.ServeHTTP(rec, stepRequest(tc.method, tc.path, tc.body))
 			require.Equal(t, tc.code, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), tc.wantBody)
 			require.Equal(t, tc.code == http.StatusNoContent, b.Snapshot().Step != nil, "a report on the board")
