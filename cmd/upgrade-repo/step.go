@@ -69,8 +69,15 @@ func runStep(ctx context.Context, a *app, args []string) error {
 		Node: env.Node, Target: *target, Force: env.Force, Root: *root,
 		Host: kubeadm.NodeHost{Root: *root}, Cluster: kubeadm.KubeCluster{Client: cs},
 		Fetch:  &nodestep.Fetcher{HTTP: hc, RepoURL: env.RepoURL},
-		Report: &nodestep.Reporter{RepoURL: env.RepoURL, Plan: env.Plan, Log: log},
+		Report: &nodestep.Reporter{RepoURL: env.RepoURL, Plan: env.Plan, Log: log, TokenFile: env.TokenFile},
 		Log:    log, ReadyTimeout: *readyTimeout,
+	}
+	switch etcd, err := kubeadm.NewEtcdClient(*root); {
+	case errors.Is(err, kubeadm.ErrNoLocalEtcd):
+	case err != nil:
+		return fmt.Errorf("step kubeadm: %w", err)
+	default:
+		s.Etcd = etcd
 	}
 	return s.Run(ctx)
 }

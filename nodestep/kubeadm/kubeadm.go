@@ -88,6 +88,12 @@ type Step struct {
 	Report *nodestep.Reporter
 	// Log receives what the step does and kubeadm's output.
 	Log *slog.Logger
+	// Etcd reads the cluster's etcd on a control-plane node with a local member; nil elsewhere.
+	// Before such a node changes anything, and before its step ends, every member must be
+	// healthy: its member goes down while kubeadm restarts it.
+	Etcd Etcd
+	// EtcdTimeout bounds each wait for every etcd member to be healthy (default 30m).
+	EtcdTimeout time.Duration
 	// ReadyTimeout bounds the wait for the node to report the new kubelet (default 5m).
 	ReadyTimeout time.Duration
 	// Poll is the interval of that wait and of the API retries (default 2s).
@@ -121,8 +127,9 @@ type Facts struct {
 	Kubelet string
 	// IsControlPlane says the node runs the control plane's static pods.
 	IsControlPlane bool
-	// APIServer is the version of this node's kube-apiserver static pod (its image tag), for a
-	// control-plane node.
+	// APIServer is the oldest version among this node's kube-apiserver,
+	// kube-controller-manager and kube-scheduler static pods (their image tags), for a
+	// control-plane node: a step cut short between two of them is not done.
 	APIServer string
 	// Force lets skippable refusals through.
 	Force bool
@@ -189,6 +196,9 @@ func (s *Step) Run(ctx context.Context) error {
 	if s.Poll <= 0 {
 		s.Poll = 2 * time.Second
 	}
+	if s.EtcdTimeout <= 0 {
+		s.EtcdTimeout = 30 * time.Minute
+	}
 	log := s.Log.With("node", s.Node, "target", s.Target)
 	f, err := s.facts(ctx)
 	if err != nil {
@@ -207,6 +217,11 @@ func (s *Step) Run(ctx context.Context) error {
 		return nil
 	}
 	s.Report.Report(ctx, nodestep.KubernetesUpgrading, fmt.Sprintf("%s %s (kubelet %s)", action, s.Target, f.Kubelet))
+	if f.IsControlPlane && s.Etcd != nil {
+		if err := s.waitEtcd(ctx, log, "before "+action.String()); err != nil {
+			return fmt.Errorf("node %s: %w; nothing on the node was changed", s.Node, err)
+		}
+	}
 
 	dir := BinDir(runtime.GOOS, runtime.GOARCH)
 	sums, err := s.Fetch.Sums(ctx, dir)
@@ -259,6 +274,11 @@ func (s *Step) Run(ctx context.Context) error {
 	if err := s.waitNode(ctx); err != nil {
 		return err
 	}
+	if f.IsControlPlane && s.Etcd != nil {
+		if err := s.waitEtcd(ctx, log, "after the upgrade"); err != nil {
+			return fmt.Errorf("node %s: %w", s.Node, err)
+		}
+	}
 	s.Report.Report(ctx, nodestep.KubernetesUpgraded, fmt.Sprintf("kubelet %s, Ready", s.Target))
 	return nil
 }
@@ -278,21 +298,42 @@ func (s *Step) facts(ctx context.Context) (Facts, error) {
 	if err != nil {
 		return Facts{}, err
 	}
-	manifest, err := os.ReadFile(filepath.Join(s.Root, "etc/kubernetes/manifests/kube-apiserver.yaml"))
-	switch {
-	case err == nil:
-		f.IsControlPlane = true
-		if m := apiServerImage.FindSubmatch(manifest); m != nil {
-			f.APIServer = string(m[1])
+	for _, c := range controlPlaneComponents {
+		manifest, err := os.ReadFile(filepath.Join(s.Root, "etc/kubernetes/manifests", c+".yaml"))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return Facts{}, fmt.Errorf("read the %s manifest: %w", c, err)
 		}
-	case !errors.Is(err, os.ErrNotExist):
-		return Facts{}, fmt.Errorf("read the kube-apiserver manifest: %w", err)
+		f.IsControlPlane = true
+		tag := componentTag(manifest, c)
+		if tag == "" {
+			continue
+		}
+		if f.APIServer == "" {
+			f.APIServer = tag
+		} else if older, err := version.ParseGeneric(tag); err == nil {
+			if cur, err := version.ParseGeneric(f.APIServer); err == nil && older.LessThan(cur) {
+				f.APIServer = tag
+			}
+		}
 	}
 	return f, nil
 }
 
-// apiServerImage finds the tag of the kube-apiserver image in its static pod manifest.
-var apiServerImage = regexp.MustCompile(`image:\s*["']?\S*/kube-apiserver:([^\s"'@]+)`)
+// controlPlaneComponents are the static pods kubeadm upgrades to the Kubernetes version, in the
+// order it upgrades them after etcd.
+var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// componentTag finds the tag of component's image in its static pod manifest.
+func componentTag(manifest []byte, component string) string {
+	re := regexp.MustCompile(`image:\s*["']?\S*/` + regexp.QuoteMeta(component) + `:([^\s"'@]+)`)
+	if m := re.FindSubmatch(manifest); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
 
 // execStartPath finds the program of a unit in `systemctl show --property=ExecStart`.
 var execStartPath = regexp.MustCompile(`path=(/\S+)`)
@@ -395,6 +436,46 @@ func (s *Step) waitNode(ctx context.Context) error {
 		case <-time.After(s.Poll):
 		}
 	}
+}
+
+// waitEtcd waits for every etcd member to be healthy, as etcd reports it, reporting what it
+// waits for; when is what the wait comes before, for the reports.
+func (s *Step) waitEtcd(ctx context.Context, log *slog.Logger, when string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.EtcdTimeout)
+	defer cancel()
+	last := ""
+	for {
+		members, err := s.Etcd.Members(ctx)
+		reading := ""
+		if err == nil {
+			q := JudgeEtcd(members)
+			if q.OK() {
+				log.Info("etcd healthy", "when", when, "members", q.Members, "healthy", q.Healthy, "quorum", q.Quorum(), "names", memberNames(members))
+				return nil
+			}
+			reading = q.String()
+		} else {
+			reading = "etcd: " + err.Error()
+		}
+		if reading != last {
+			log.Warn("waiting for etcd", "when", when, "reading", reading)
+			s.Report.Report(ctx, nodestep.KubernetesUpgrading, "waiting for every etcd member to be healthy "+when+": "+reading)
+			last = reading
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd not healthy after %s (%s): %s", s.EtcdTimeout, when, last)
+		case <-time.After(s.Poll):
+		}
+	}
+}
+
+func memberNames(members []EtcdMember) string {
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name
+	}
+	return strings.Join(names, ",")
 }
 
 // retry runs f until it succeeds, for at most ReadyTimeout: the API server restarts during an
