@@ -14,6 +14,8 @@ import (
 	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/nodestep"
 )
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -21,7 +23,7 @@ import (
 // StepTokenAudience is the audience of the service-account token a node step presents to its
 // agent: a token projected for this audience alone, so that no other token of the pod (its API
 // token) is accepted, nor this one by the API server.
-const StepTokenAudience = "upgrade-repo-step"
+const StepTokenAudience = nodestep.TokenAudience
 
 // ErrUnauthenticated is wrapped by a StepAuthenticator's error when the token proves no identity:
 // forged, expired, for another audience, or of a pod that no longer exists.

@@ -8,7 +8,9 @@
 //   - reads the release from UPGRADE_REPO_URL, the node's own agent, reachable without cluster
 //     DNS (Fetch, Install);
 //   - reports the stage it is in to that agent (Reporter, POST /v1/step), which writes it into
-//     its RepoNode; the sequencer shows it as the node's state in the plan;
+//     its RepoNode; the sequencer shows it as the node's state in the plan. Each report carries
+//     the pod's projected service-account token for the agent's audience (TokenFile), the proof
+//     that it comes from this node's step;
 //   - is idempotent: a run after a reboot, a killed pod or a retried plan finds the work done
 //     and exits 0.
 //
@@ -52,14 +54,26 @@ type Env struct {
 	// Kubernetes is UPGRADE_RELEASE_KUBERNETES: the release's Kubernetes version, once the
 	// sequencer has read the release's metadata.
 	Kubernetes string
+	// TokenFile is UPGRADE_STEP_TOKEN_FILE: the pod's projected service-account token whose
+	// audience is the agent's (TokenAudience), which the kubelet renews in place; empty in a
+	// cluster Job.
+	TokenFile string
 }
+
+// TokenAudience is the audience of the token a node step presents to its agent with each report
+// (the agent's StepTokenAudience): a token for this audience alone, which the API server itself
+// does not accept.
+const TokenAudience = "upgrade-repo-step"
+
+// TokenPath is where a node Job's pod holds that token (Env.TokenFile).
+const TokenPath = "/var/run/secrets/upgrade-repo/step/token"
 
 // EnvFrom reads Env through getenv (os.Getenv in cmd).
 func EnvFrom(getenv func(string) string) Env {
 	force, _ := strconv.ParseBool(getenv("UPGRADE_FORCE")) // anything but a true value is false
 	return Env{
 		Step: getenv("UPGRADE_STEP"), Node: getenv("UPGRADE_NODE_NAME"), Plan: getenv("UPGRADE_PLAN"), RepoURL: getenv("UPGRADE_REPO_URL"),
-		Force: force, Kubernetes: getenv("UPGRADE_RELEASE_KUBERNETES"),
+		Force: force, Kubernetes: getenv("UPGRADE_RELEASE_KUBERNETES"), TokenFile: getenv("UPGRADE_STEP_TOKEN_FILE"),
 	}
 }
 
@@ -92,6 +106,9 @@ type Reporter struct {
 	Plan string
 	// Log receives the reports and the failures to deliver them.
 	Log *slog.Logger
+	// TokenFile holds the step's token for the agent (Env.TokenFile), read again for each report
+	// since the kubelet renews it; empty: reports carry no token, and the agent refuses them.
+	TokenFile string
 }
 
 // Report sends stage and message to the agent, trying three times within about ten seconds.
@@ -122,6 +139,13 @@ func (r *Reporter) post(ctx context.Context, body []byte) error {
 		return fmt.Errorf("report stage: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.TokenFile != "" {
+		token, err := os.ReadFile(r.TokenFile)
+		if err != nil {
+			return backoff.Permanent(fmt.Errorf("report stage: the step's token: %w", err))
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	}
 	resp, err := client(r.HTTP).Do(req)
 	if err != nil {
 		return fmt.Errorf("report stage: %w", err)

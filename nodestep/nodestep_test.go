@@ -16,8 +16,8 @@ import (
 
 func TestEnvFrom(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"UPGRADE_STEP": "node", "UPGRADE_NODE_NAME": "n1", "UPGRADE_PLAN": "p", "UPGRADE_REPO_URL": "http://10.0.0.1", "UPGRADE_FORCE": "true", "UPGRADE_RELEASE_KUBERNETES": "v1.34.4"}
-	assert.Equal(t, Env{Step: NodeStep, Node: "n1", Plan: "p", RepoURL: "http://10.0.0.1", Force: true, Kubernetes: "v1.34.4"}, EnvFrom(func(k string) string { return env[k] }))
+	env := map[string]string{"UPGRADE_STEP": "node", "UPGRADE_NODE_NAME": "n1", "UPGRADE_PLAN": "p", "UPGRADE_REPO_URL": "http://10.0.0.1", "UPGRADE_FORCE": "true", "UPGRADE_RELEASE_KUBERNETES": "v1.34.4", "UPGRADE_STEP_TOKEN_FILE": TokenPath}
+	assert.Equal(t, Env{Step: NodeStep, Node: "n1", Plan: "p", RepoURL: "http://10.0.0.1", Force: true, Kubernetes: "v1.34.4", TokenFile: TokenPath}, EnvFrom(func(k string) string { return env[k] }))
 	assert.False(t, EnvFrom(func(string) string { return "" }).Force)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/nodestep"
 )
 
 func jobState(j *batchv1.Job) JobState {
@@ -194,12 +196,20 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 	}
 	if node != "" {
 		labels[LabelNode] = node
-		env = append(env, corev1.EnvVar{Name: "UPGRADE_NODE_NAME", Value: node}, corev1.EnvVar{Name: "HARVESTER_UPGRADE_NODE_NAME", Value: node})
+		// The step proves to its node's agent that it is this node's step with a token of its
+		// own audience, bound to the pod (and so to the node): the agent reviews it.
+		env = append(env, corev1.EnvVar{Name: "UPGRADE_NODE_NAME", Value: node}, corev1.EnvVar{Name: "HARVESTER_UPGRADE_NODE_NAME", Value: node},
+			corev1.EnvVar{Name: "UPGRADE_STEP_TOKEN_FILE", Value: nodestep.TokenPath})
 		privileged := true
 		spec.Containers[0].Env = env
 		spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
-		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "host", MountPath: "/host"}}
-		spec.Volumes = []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		tokenSeconds := int64(3600)
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "host", MountPath: "/host"},
+			{Name: "step-token", MountPath: path.Dir(nodestep.TokenPath), ReadOnly: true}}
+		spec.Volumes = []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}},
+			{Name: "step-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+				ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: nodestep.TokenAudience, ExpirationSeconds: &tokenSeconds, Path: path.Base(nodestep.TokenPath)},
+			}}}}}}
 		spec.HostPID = true
 		// Pinned to the node by name; it runs on the cordoned node, so it tolerates every taint.
 		spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
