@@ -19,6 +19,6 @@ fi
 rm -rf manifests/crd manifests/rbac
 "$gen" crd paths=./api/... output:crd:artifacts:config=manifests/crd
 "$gen" rbac:roleName=upgrade-repo-sequencer paths=./sequencer output:rbac:artifacts:config=manifests/rbac/sequencer
-"$gen" rbac:roleName=upgrade-repo-agent paths=./sequencer/report/... output:rbac:artifacts:config=manifests/rbac/agent
+"$gen" rbac:roleName=upgrade-repo-agent paths="./sequencer/report/...;./agent" output:rbac:artifacts:config=manifests/rbac/agent
 # The chart's README, when there is a chart and a generator for it.
 if [ -x hack/generate-chart.sh ]; then bash hack/generate-chart.sh; fi

@@ -45,7 +45,7 @@ does not list and nothing uses are removed (--clean-images, --clean-images-dry-r
 type agentConfig struct {
 	agent.Config
 	listen, advertise, gossipListen, gossipAdvertise, join, sock, keyFile, kubeconfig string
-	snapshotter, mirrorListen                                                         string
+	snapshotter, mirrorListen, stepNamespace, stepAccount                             string
 	report, unpack, direct, onePass                                                   bool
 	// kube is the cluster to report to, with report.
 	kube client.WithWatch
@@ -85,6 +85,8 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&c.CleanImages, "clean-images", true, "once a plan Succeeded, remove from containerd the images of the releases before it that it does not list and no container uses (their lists are kept in --cache-dir)")
 	fset.BoolVar(&c.CleanDryRun, "clean-images-dry-run", false, "with --clean-images, only list in the RepoNode and the log what would be removed")
 	fset.DurationVar(&c.ReportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat")
+	fset.StringVar(&c.stepNamespace, "step-namespace", os.Getenv("POD_NAMESPACE"), "the `namespace` of the UpgradePlans' node Jobs, whose pods alone may report this node's step (default: $POD_NAMESPACE)")
+	fset.StringVar(&c.stepAccount, "step-service-account", "default", "the service `account` the node Jobs run as (the sequencer's --job-service-account)")
 	if help, err := parseFlags(fset, args); help || err != nil {
 		return err
 	}
@@ -148,6 +150,17 @@ func runNodeAgent(ctx context.Context, a *app, c agentConfig) error {
 		}
 	}
 	deps := agent.Deps{Log: a.log, Seeds: strings.FieldsFunc(c.join, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), Token: peer.Token(key), Registry: prometheus.NewRegistry(), Kube: c.kube}
+	switch {
+	case c.kube != nil && c.stepNamespace == "":
+		a.log.Warn("node step reports are refused: the node Jobs' namespace is unknown (--step-namespace, $POD_NAMESPACE)")
+	case c.kube != nil:
+		// The node step's reports are verified with the cluster; without one, they are refused.
+		reviewer, err := agent.NewTokenReviewer(c.kube)
+		if err != nil {
+			return err
+		}
+		deps.Step = agent.StepAuth{Authenticator: reviewer, Namespace: c.stepNamespace, ServiceAccount: c.stepAccount}
+	}
 	var images *containerd.Store
 	if c.sock != "" {
 		copts := []containerd.Option{containerd.WithLogger(a.log), containerd.WithDirectIngest(c.direct), containerd.WithOnePass(c.onePass)}
