@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/printable"
 )
 
 // MessageWidth is how many characters of a node's reason and message the table shows; the JSON
@@ -204,8 +205,9 @@ func joinReason(reason, message string) string {
 }
 
 // oneLine folds runs of white space (newlines, tabs: a tab would break the table) into one
-// space.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// space, and escapes what else would not print (package printable): every message, reason and
+// warning of a status reaches the operator's terminal through it.
+func oneLine(s string) string { return printable.String(strings.Join(strings.Fields(s), " ")) }
 
 // truncate cuts s to width characters, the last three of them "...".
 func truncate(s string, width int) string {
