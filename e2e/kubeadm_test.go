@@ -44,9 +44,10 @@ const (
 // release succeeds without changing any node.
 func TestKubeadmUpgrade(t *testing.T) {
 	c := env(t)
-	if c.formation != "kubeadm" {
-		t.Skip("formation kubeadm only (E2E_FORMATION=kubeadm make e2e)")
+	if c.formation != "kubeadm" && c.formation != "kubeadm-ha" {
+		t.Skip("formations kubeadm and kubeadm-ha only (E2E_FORMATION=kubeadm make e2e)")
 	}
+	ha := c.formation == "kubeadm-ha"
 	target, image := os.Getenv("E2E_KUBEADM_TARGET"), os.Getenv("E2E_KUBEADM_IMAGE")
 	require.NotEmpty(t, target, "E2E_KUBEADM_TARGET: hack/e2e.sh packs the kubeadm release")
 	require.NotEmpty(t, image, "E2E_KUBEADM_IMAGE: hack/e2e.sh builds the kubeadm upgrade image")
@@ -60,6 +61,9 @@ func TestKubeadmUpgrade(t *testing.T) {
 		require.NotEqual(t, target, v, "node %s is at the target already: start from an older node image (E2E_KUBEADM_FROM_IMAGE)", n)
 	}
 	writeVersionTable(t, c, "before", before, nil)
+	if ha {
+		etcdReading(t, haFormation(t, c).cps[0])
+	}
 
 	deployWorkload(t, c)
 	deployOrigin(t, c, rel)
@@ -75,10 +79,20 @@ func TestKubeadmUpgrade(t *testing.T) {
 
 	avail := watchAvailability(t, c)
 	start := time.Now()
+	var f *faults
+	var h haNodes
+	if ha {
+		h = haFormation(t, c)
+		f = injectFaults(t, c, h, kubeadmPlan)
+	}
 	plan := runKubeadmPlan(t, c, kubeadmPlan, target, image)
-	minReady, samples := avail.stop()
 	t.Logf("plan %s succeeded after %s", kubeadmPlan, time.Since(start).Round(time.Second))
 	logPhases(t, c, plan)
+	if ha {
+		f.stop()
+		haChecks(t, c, h, f, plan, before, target)
+	}
+	minReady, samples := avail.stop()
 
 	t.Run("every kubelet and the API server are at the target", func(t *testing.T) {
 		require.Equal(t, target, serverVersion(t, c), "the API server's /version")
@@ -91,6 +105,9 @@ func TestKubeadmUpgrade(t *testing.T) {
 
 	t.Run("the plan's rows say Upgraded at the target", func(t *testing.T) {
 		for _, n := range c.nodes {
+			if ha && n.Name == h.worker {
+				continue // skipped in this plan, upgraded by its own (haChecks)
+			}
 			ns, ok := plan.Status.NodeUpgradeStatuses[n.Name]
 			require.True(t, ok, "no row for %s", n.Name)
 			require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "row of %s: %s", n.Name, ns.Message)
@@ -337,20 +354,30 @@ func kubeletVersions(t *testing.T, c *cluster) map[string]string {
 func writeVersionTable(t *testing.T, c *cluster, when string, before map[string]string, plan *apiv1beta1.UpgradePlan) {
 	t.Helper()
 	now := kubeletVersions(t, c)
+	comps := componentVersions(t, c)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %s\n", "NODE", "BEFORE", "NOW", "TARGET", "STATE")
+	fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %-14s %-12s %-12s %-12s %-12s %s\n", "NODE", "BEFORE", "NOW", "TARGET", "STATE",
+		"APISERVER", "CTRL-MGR", "SCHEDULER", "ETCD", "MESSAGE")
 	names := make([]string, 0, len(now))
 	for n := range now {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		state, tgt := "-", os.Getenv("E2E_KUBEADM_TARGET")
+		state, msg, tgt := "-", "", os.Getenv("E2E_KUBEADM_TARGET")
 		if plan != nil {
 			ns := plan.Status.NodeUpgradeStatuses[n]
-			state = string(ns.State)
+			state, msg = string(ns.State), ns.Message
 		}
-		fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %s\n", n, before[n], now[n], tgt, state)
+		cv := comps[n]
+		dash := func(s string) string {
+			if s == "" {
+				return "-"
+			}
+			return s
+		}
+		fmt.Fprintf(&b, "%-36s %-12s %-12s %-12s %-14s %-12s %-12s %-12s %-12s %s\n", n, before[n], now[n], tgt, state,
+			dash(cv["kube-apiserver"]), dash(cv["kube-controller-manager"]), dash(cv["kube-scheduler"]), dash(cv["etcd"]), msg)
 	}
 	t.Logf("versions %s:\n%s", when, b.String())
 	_ = os.WriteFile(filepath.Join(c.artifacts, "versions-"+when+".txt"), []byte(b.String()), 0o644)
@@ -363,6 +390,12 @@ func deployWorkload(t *testing.T, c *cluster) {
 	testImage := os.Getenv("E2E_TEST_IMAGE")
 	require.NotEmpty(t, testImage, "E2E_TEST_IMAGE")
 	labels := map[string]string{"app.kubernetes.io/name": workloadName}
+	// Two replicas and a budget of one; three on several control planes, where a node may be
+	// lost for good: the budget must still allow the drain of another.
+	replicas := int32(2)
+	if c.formation == "kubeadm-ha" {
+		replicas = 3
+	}
 	pod := corev1.PodSpec{
 		Containers: []corev1.Container{{
 			Name: "web", Image: testImage, ImagePullPolicy: corev1.PullIfNotPresent,
@@ -379,7 +412,7 @@ func deployWorkload(t *testing.T, c *cluster) {
 	recreate(t, c, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: workloadName, Namespace: c.namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
+			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
 		},

@@ -2,8 +2,8 @@
 # e2e-matrix.sh: the end-to-end test in every cluster formation (`make e2e-matrix`), one after the
 # other, each on a fresh kind cluster (never two at once). The images and the release ISO are built
 # once (hack/e2e.sh build) and reused. TestUpgrade runs in every formation; the whole suite (serve,
-# agent and chart tests too) in E2E_FULL_FORMATION only; formation kubeadm runs TestKubeadmUpgrade
-# (a real Kubernetes upgrade), and is skipped with a line saying why when the node image it
+# agent and chart tests too) in E2E_FULL_FORMATION only; formations kubeadm and kubeadm-ha run
+# TestKubeadmUpgrade (a real Kubernetes upgrade, on one or three control planes), and are skipped with a line saying why when the node image it
 # starts from (E2E_KUBEADM_FROM_IMAGE) is not in the docker engine. Every formation runs even when one fails;
 # the script fails if any did. At the end it prints the time each formation took and the phase
 # timings of each formation's UpgradePlan (e2e/_artifacts/phase-timings.md, from the
@@ -20,17 +20,19 @@ log() { echo "[e2e-matrix $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
 mkdir -p "$artifacts"
 rm -f "$artifacts"/phases-*.tsv "$artifacts/matrix.tsv"
 kubeadm_from_image=${E2E_KUBEADM_FROM_IMAGE:-local/kind-node:v1.33.13}
-case " $formations " in
-  *" kubeadm "*)
-    if ! docker image inspect "$kubeadm_from_image" >/dev/null 2>&1; then
-      log "formation kubeadm skipped: node image $kubeadm_from_image is not in the docker engine (WORK=~/.cache/kind-offline-1.33 K8S_VERSION=1.33.13 ../shared/tools/kind-offline.sh up builds it)"
-      formations=$(echo " $formations " | sed 's/ kubeadm / /')
-    fi ;;
-esac
+for k in kubeadm kubeadm-ha; do
+  case " $formations " in
+    *" $k "*)
+      if ! docker image inspect "$kubeadm_from_image" >/dev/null 2>&1; then
+        log "formation $k skipped: node image $kubeadm_from_image is not in the docker engine (WORK=~/.cache/kind-offline-1.33 K8S_VERSION=1.33.13 ../shared/tools/kind-offline.sh up builds it)"
+        formations=$(echo " $formations " | sed "s/ $k / /")
+      fi ;;
+  esac
+done
 
 t0=$(date +%s)
 build_kubeadm=0
-case " $formations " in *" kubeadm "*) build_kubeadm=1 ;; esac
+case " $formations " in *" kubeadm "*|*" kubeadm-ha "*) build_kubeadm=1 ;; esac
 E2E_BUILD_KUBEADM=$build_kubeadm bash hack/e2e.sh build
 build_s=$(( $(date +%s) - t0 ))
 log "images and release ISO built in ${build_s}s"
@@ -39,7 +41,7 @@ failed=()
 for f in $formations; do
   run=('^TestUpgrade$')
   [ "$f" = "$full" ] && run=('')
-  [ "$f" = kubeadm ] && run=('^TestKubeadmUpgrade$')
+  case $f in kubeadm|kubeadm-ha) run=('^TestKubeadmUpgrade$') ;; esac
   log "formation $f: starting (${run[0]:-every test})"
   t0=$(date +%s)
   rc=0

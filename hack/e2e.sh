@@ -30,6 +30,11 @@
 #            the kubeadm upgrade image (Dockerfile.kubeadm) to the release that
 #            hack/kubeadm-release.sh packs from E2E_KUBEADM_WORK (the target version's
 #            ../shared/tools/kind-offline.sh WORK, ~/.cache/kind-offline: v1.34.4); runs TestKubeadmUpgrade
+#   kubeadm-ha  the same upgrade on three real control planes (each with its etcd member, behind
+#            kind's load balancer) and a worker, every node schedulable, through the faults of
+#            TestKubeadmUpgrade's HA part (a control plane restarted in its kubelet swap, an etcd
+#            member paused before a control plane's turn, the sequencer's leader deleted and a
+#            control plane's agent killed during their steps, a worker stopped for good)
 #
 # env: KIND_NODE_IMAGE, E2E_FORMATION (four), E2E_CLUSTER (upgrade-repo-e2e), E2E_KEEP,
 #      E2E_FRESH (1: delete an existing cluster first), E2E_PREBUILT, E2E_RUN (a go test -run
@@ -64,8 +69,11 @@ script_image=upgrade-repo-e2e-scripts:e2e
 # The release's runnable image (e2e/mirror_test.go names it too): part of the release ISO, never
 # loaded into the nodes, so a node gets it from the preload or through the mirror.
 release_check_image=docker.io/rancher/harvester-release-check:v1.5.2
-# Formation kubeadm runs the real upgrade alone: the other tests assume the synthetic release.
-[ "$formation" = kubeadm ] && [ -z "${E2E_RUN:-}" ] && E2E_RUN='^TestKubeadmUpgrade$'
+# Formations kubeadm and kubeadm-ha run the real upgrade alone: the other tests assume the
+# synthetic release.
+kubeadm_formation=0
+case $formation in kubeadm|kubeadm-ha) kubeadm_formation=1 ;; esac
+[ "$kubeadm_formation" = 1 ] && [ -z "${E2E_RUN:-}" ] && E2E_RUN='^TestKubeadmUpgrade$'
 compat=0
 case ${E2E_RUN:-} in ''|*Compat*) compat=1 ;; esac
 reboot=${E2E_REBOOT:-1}
@@ -83,11 +91,12 @@ roles() {
     witness) printf '%s\n' management witness ;;
     four) printf '%s\n' management management worker ;;
     kubeadm) printf '%s\n' worker worker ;;
+    kubeadm-ha) printf '%s\n' control-plane control-plane worker ;;
     *) return 1 ;;
   esac
 }
 case $mode in
-  run) roles "$formation" >/dev/null || { log "unknown E2E_FORMATION=$formation (single, two, three, witness, four, kubeadm)"; exit 2; } ;;
+  run) roles "$formation" >/dev/null || { log "unknown E2E_FORMATION=$formation (single, two, three, witness, four, kubeadm, kubeadm-ha)"; exit 2; } ;;
   build) formation="" ;;
   *) log "unknown mode $mode (run or build)"; exit 2 ;;
 esac
@@ -260,12 +269,13 @@ if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
     echo 'nodes:'
     echo '- role: control-plane'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"
     for r in "${node_roles[@]}"; do
-      echo '- role: worker'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"; echo "    upgrade-repo-e2e/role: $r"
+      case $r in control-plane) echo '- role: control-plane' ;; *) echo '- role: worker' ;; esac
+      echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"; echo "    upgrade-repo-e2e/role: $r"
     done
   } > "$config"
   node_image=()
   [ -n "${KIND_NODE_IMAGE:-}" ] && node_image=(--image "$KIND_NODE_IMAGE")
-  [ "$formation" = kubeadm ] && node_image=(--image "$kubeadm_from_image")
+  [ "$kubeadm_formation" = 1 ] && node_image=(--image "$kubeadm_from_image")
   log "creating cluster $cluster: formation $formation, 1 control plane + ${#node_roles[@]} workers (${node_roles[*]:-none}), ${node_image[1]:-the default node image}"
   t0=$(date +%s)
   if ! kind create cluster --name "$cluster" "${node_image[@]}" --config "$config" --kubeconfig "$kubeconfig" --wait 5m; then
@@ -283,6 +293,11 @@ retry 10 kubectl label nodes --overwrite -l upgrade-repo-e2e/role=management \
 retry 10 kubectl label nodes --overwrite -l upgrade-repo-e2e/role=witness \
   node-role.kubernetes.io/etcd=true node-role.harvesterhci.io/witness=true >/dev/null
 retry 10 kubectl taint nodes --overwrite -l upgrade-repo-e2e/role=witness node-role.kubernetes.io/etcd=true:NoExecute >/dev/null
+# Several control planes: every node takes pods, as every node of a Harvester cluster does, so that
+# the workload's replicas spread and a drain has somewhere to put them.
+if [ "$(kubectl get nodes -l node-role.kubernetes.io/control-plane --no-headers 2>/dev/null | wc -l)" -gt 1 ]; then
+  kubectl taint nodes -l node-role.kubernetes.io/control-plane node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
+fi
 retry 30 kubectl wait --for=condition=Ready nodes --all --timeout=60s >/dev/null
 # CoreDNS may have been evicted from a witness node just now: wait for it to be back.
 retry 30 kubectl -n kube-system wait --for=condition=Ready pods --all --timeout=60s >/dev/null
@@ -299,7 +314,7 @@ fi
 . "$artifacts/build.env"
 images=("$image" "$test_image" "$upgrade_image")
 rel=$artifacts/release
-if [ "$formation" = kubeadm ]; then
+if [ "$kubeadm_formation" = 1 ]; then
   if [ "${E2E_PREBUILT:-0}" != 1 ] || [ ! -s "$artifacts/kubeadm-release/release.env" ]; then build_kubeadm; fi
   rel=$artifacts/kubeadm-release
   # shellcheck source=/dev/null # written by hack/kubeadm-release.sh: kubernetes, etcd, coredns, sum
