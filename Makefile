@@ -121,6 +121,10 @@ bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images 
 bench-kind-preload: build deps ## The v1.34.4 release's preload inside a kind node (v1.33.13) against `zstdcat | ctr images import` and the floor (BENCH_ROUNDS).
 	@bash hack/bench-kind-preload.sh
 
+.PHONY: bench-ha
+bench-ha: build ## Formation kubeadm-ha upgraded by hand, then by an UpgradePlan through its faults (kind; the v1.33.13 node image).
+	@bash hack/bench-ha.sh
+
 .PHONY: bench-distribute
 bench-distribute: build deps ## Agents sharing an ISO against lone downloads (BENCH_NODES, BENCH_ISO_SIZE).
 	@bash hack/bench-distribute.sh
