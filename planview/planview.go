@@ -79,8 +79,27 @@ type Plan struct {
 	// Release is the target release's metadata as the sequencer read it (the CRD's
 	// status.releaseMetadata, same field names); null until it was read.
 	Release *v1beta1.ReleaseMetadata `json:"release"`
+	// Held says what holds the plan's nodes back on purpose (spec.nodeUpgradeOption.pauseNodes)
+	// while the plan runs, and what releases them; null when nothing does.
+	Held *Hold `json:"held"`
+	// SkipNodes are the nodes the plan gives up on (spec.nodeUpgradeOption.skipNodes): it
+	// finishes without them, and they stay at their version.
+	SkipNodes []string `json:"skipNodes"`
+	// OnlyNodes, when not empty, are the only nodes the plan upgrades
+	// (spec.nodeUpgradeOption.nodes).
+	OnlyNodes []string `json:"onlyNodes"`
 	// Nodes are the plan's nodes in upgrade order.
 	Nodes []NodeStatus `json:"nodes"`
+}
+
+// Hold is what holds a running plan's nodes back until the operator releases them.
+type Hold struct {
+	// Nodes are the nodes listed in spec.nodeUpgradeOption.pauseNodes that are not upgraded:
+	// the sequencer starts none of them.
+	Nodes []string `json:"nodes"`
+	// Command is the command that releases them. New sets `upgrade-repo upgrade resume PLAN`;
+	// the caller, who knows which nodes were paused by hand, may widen it.
+	Command string `json:"command"`
 }
 
 // Condition is a condition of the plan that the operator must see.
@@ -149,6 +168,21 @@ func New(plan *v1beta1.UpgradePlan, nodes []Node, now time.Time) *Plan {
 		Retries:         st.Retries,
 		Release:         st.ReleaseMetadata,
 		Nodes:           []NodeStatus{},
+		SkipNodes:       []string{},
+		OnlyNodes:       []string{},
+	}
+	if o := plan.Spec.NodeUpgradeOption; o != nil {
+		p.SkipNodes = append(p.SkipNodes, o.SkipNodes...)
+		p.OnlyNodes = append(p.OnlyNodes, o.Nodes...)
+		var held []string
+		for _, n := range o.PauseNodes {
+			if st.NodeUpgradeStatuses[n].State != v1beta1.NodeUpgraded && !slices.Contains(o.SkipNodes, n) {
+				held = append(held, n)
+			}
+		}
+		if len(held) > 0 && !Finished(st.Phase) {
+			p.Held = &Hold{Nodes: held, Command: "upgrade-repo upgrade resume " + plan.Name}
+		}
 	}
 	if ts := st.PhaseTransitionTimestamps; len(ts) > 0 {
 		p.StartTime = timeOf(&ts[0].PhaseTransitionTimestamp)

@@ -162,6 +162,33 @@ func goldenCases() []struct {
 			now:   9 * time.Minute,
 		},
 		{
+			// Paused by upgrade pause: the header says so and names the command that resumes
+			// it; a node given up on is listed.
+			name: "held",
+			plan: func() *v1beta1.UpgradePlan {
+				p := plan(v1beta1.UpgradePlanStatus{
+					Phase:                     v1beta1.PhaseNodeUpgrading,
+					PhaseTransitionTimestamps: transitions(5*time.Minute, upTo(v1beta1.PhaseNodeUpgrading)...),
+					Conditions:                conditions(true, true, "NodesHeld", "waiting for held nodes: node-c", 8*time.Minute),
+					PreviousVersion:           "v1.5.2",
+					ReleaseMetadata:           release,
+					NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{
+						"node-b": upgraded(preloaded(7, 3*gib), v1beta1.NodeUpgraded, 7*time.Minute, "v1.33.3"),
+						"node-c": func() v1beta1.NodeUpgradeStatus {
+							ns := upgraded(preloaded(7, 3*gib), v1beta1.NodeUpgradePaused, 8*time.Minute, "v1.32.7")
+							ns.Reason, ns.Message = "NodePaused", "listed in nodeUpgradeOption.pauseNodes"
+							return ns
+						}(),
+						"node-a": upgraded(preloaded(7, 3*gib), v1beta1.NodeSkipped, 8*time.Minute, "v1.32.7"),
+					},
+				})
+				p.Spec.NodeUpgradeOption = &v1beta1.NodeUpgradeOption{PauseNodes: []string{"node-b", "node-c"}, SkipNodes: []string{"node-a"}}
+				return p
+			}(),
+			nodes: clusterNodes,
+			now:   10 * time.Minute,
+		},
+		{
 			name: "degraded",
 			plan: plan(v1beta1.UpgradePlanStatus{
 				Phase:                     v1beta1.PhaseNodeUpgrading,
@@ -275,7 +302,8 @@ func TestJSONFields(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{
 		"name", "version", "previousVersion", "phase", "failedPhase", "time", "startTime", "phaseTime",
-		"finishTime", "elapsedSeconds", "phaseElapsedSeconds", "degraded", "warnings", "retries", "installed", "release", "nodes",
+		"finishTime", "elapsedSeconds", "phaseElapsedSeconds", "degraded", "warnings", "retries", "installed", "release",
+		"held", "skipNodes", "onlyNodes", "nodes",
 	}, keys(doc))
 	nodes, ok := doc["nodes"].([]any)
 	require.True(t, ok)

@@ -48,6 +48,15 @@ func WriteText(w io.Writer, p *Plan) error {
 	if d := p.Degraded; d != nil {
 		fmt.Fprintf(tw, "Degraded:\t%s\n", oneLine(joinReason(d.Reason, d.Message)))
 	}
+	if h := p.Held; h != nil {
+		fmt.Fprintf(tw, "Held:\t%s in spec.nodeUpgradeOption.pauseNodes: no new node starts until %s\n", strings.Join(h.Nodes, ", "), h.Command)
+	}
+	if len(p.SkipNodes) > 0 {
+		fmt.Fprintf(tw, "Skipping:\t%s (spec.nodeUpgradeOption.skipNodes): the plan finishes without them, at their version\n", strings.Join(p.SkipNodes, ", "))
+	}
+	if len(p.OnlyNodes) > 0 {
+		fmt.Fprintf(tw, "Only:\t%s (spec.nodeUpgradeOption.nodes): the other nodes are left as they are\n", strings.Join(p.OnlyNodes, ", "))
+	}
 	for i, warn := range p.Warnings {
 		key := ""
 		if i == 0 {
