@@ -1,6 +1,8 @@
 package v1beta1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -25,6 +27,14 @@ const ApproveAnnotation = "management.harvesterhci.io/approve"
 // each new value (a timestamp, a counter) asks for one more attempt. The sequencer records the
 // value it acted on in status.observedRetry.
 const RetryAnnotation = "management.harvesterhci.io/retry"
+
+// FinalizeAnnotation is set by the operator on a Succeeded UpgradePlan to end its soak before
+// spec.soak has passed: the previous release can no longer be rolled back to, and its cleanup
+// runs. Any non-empty value asks for it; the sequencer records the end in status.soak.
+const FinalizeAnnotation = "management.harvesterhci.io/finalize"
+
+// DefaultSoak is the soak of a plan whose spec.soak is unset.
+const DefaultSoak = 24 * time.Hour
 
 // ApproveCluster is the ApproveAnnotation item that lets ClusterUpgrading start.
 const ApproveCluster = "cluster"
@@ -101,6 +111,69 @@ type UpgradePlanSpec struct {
 	// NodeUpgradeOption tunes NodeUpgrading.
 	// +optional
 	NodeUpgradeOption *NodeUpgradeOption `json:"nodeUpgradeOption,omitempty"`
+	// Soak is how long, once the plan has Succeeded, the previous release stays ready for a
+	// rollback: its ISO kept in the nodes' caches and its images pinned. Its cleanup runs when
+	// the soak ends or the plan is finalized (FinalizeAnnotation). DefaultSoak when unset; 0
+	// cleans the previous release up as soon as the plan succeeds.
+	// +optional
+	Soak *metav1.Duration `json:"soak,omitempty"`
+	// Rollback makes the plan the rollback of a Succeeded plan's upgrade, to the release that
+	// plan upgraded from, with the ISO and images its soak kept. Only a patch downgrade within
+	// one minor version, during that plan's soak; the rule against a downgrade is lifted for
+	// this plan alone.
+	// +optional
+	Rollback *RollbackSpec `json:"rollback,omitempty"`
+}
+
+// RollbackSpec names the upgrade a plan rolls back.
+type RollbackSpec struct {
+	// Plan is the Succeeded UpgradePlan whose upgrade is rolled back: its version must be the
+	// installed one, its soak still on, and its previous version this plan's version.
+	// +kubebuilder:validation:MinLength=1
+	Plan string `json:"plan"`
+}
+
+// Reasons a soak ends, in SoakStatus.EndReason.
+const (
+	// SoakExpired: spec.soak passed.
+	SoakExpired = "Expired"
+	// SoakFinalized: the operator finalized the plan (FinalizeAnnotation).
+	SoakFinalized = "Finalized"
+	// SoakRolledBack: a rollback plan took the cluster back to the previous release.
+	SoakRolledBack = "RolledBack"
+	// SoakNothingKept: nothing could be kept for a rollback (the previous release or its ISO is
+	// not known).
+	SoakNothingKept = "NothingKept"
+)
+
+// SoakStatus is the record of a plan's soak: the previous release kept for a rollback, and
+// until when.
+type SoakStatus struct {
+	// PreviousVersion is the release kept, the one the plan upgraded from.
+	// +optional
+	PreviousVersion string `json:"previousVersion,omitempty"`
+	// ISOURL and ISOChecksum name the previous release's ISO, which the agents keep in their
+	// caches while the soak lasts.
+	// +optional
+	ISOURL string `json:"isoURL,omitempty"`
+	// ISOChecksum is the SHA-512 of the previous release's ISO.
+	// +optional
+	ISOChecksum string `json:"isoChecksum,omitempty"`
+	// Started is when the soak began (the plan's CleaningUp).
+	Started metav1.Time `json:"started"`
+	// Until is when the soak ends unless the plan is finalized before: the last moment a
+	// rollback may start.
+	Until metav1.Time `json:"until"`
+	// Ended is when the soak ended; unset while it lasts. From then on the previous release is
+	// cleaned up (unless it was rolled back to).
+	// +optional
+	Ended *metav1.Time `json:"ended,omitempty"`
+	// EndReason is Expired, Finalized, RolledBack or NothingKept once the soak ended.
+	// +optional
+	EndReason string `json:"endReason,omitempty"`
+	// Message says what was kept, or why nothing was.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // Phase is where an UpgradePlan stands. Each step is an -ing phase while it runs and an -ed
@@ -342,6 +415,9 @@ type UpgradePlanStatus struct {
 	// ObservedGeneration is the generation of the spec the status was last computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Soak is the record of the soak after the plan Succeeded; unset when there is none.
+	// +optional
+	Soak *SoakStatus `json:"soak,omitempty"`
 }
 
 // UpgradePlan asks for the cluster to be upgraded to a Version; its status records the

@@ -62,6 +62,20 @@ type VersionStatus struct {
 	// ObservedGeneration is the generation of the spec URLReachable was checked against.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Rollback is set on the installed Version while the plan that installed it soaks: a
+	// rollback to the previous release is possible until then. Unset once the soak ended.
+	// +optional
+	Rollback *VersionRollback `json:"rollback,omitempty"`
+}
+
+// VersionRollback says to which release, and until when, the cluster may be rolled back.
+type VersionRollback struct {
+	// To is the previous release, kept for the rollback.
+	To string `json:"to"`
+	// Until is the end of the soak: the last moment a rollback may start.
+	Until metav1.Time `json:"until"`
+	// Plan is the UpgradePlan whose soak keeps it.
+	Plan string `json:"plan"`
 }
 
 // Version is a release that can be installed. Its name is the release's version (v1.5.2).
@@ -73,6 +87,7 @@ type VersionStatus struct {
 // +kubebuilder:printcolumn:name="RELEASED",type=string,JSONPath=`.spec.releaseDate`
 // +kubebuilder:printcolumn:name="REACHABLE",type=string,JSONPath=`.status.conditions[?(@.type=="URLReachable")].status`
 // +kubebuilder:printcolumn:name="INSTALLED",type=string,JSONPath=`.status.conditions[?(@.type=="Installed")].status`
+// +kubebuilder:printcolumn:name="ROLLBACK-UNTIL",type=string,JSONPath=`.status.rollback.until`,priority=1
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 type Version struct {
 	metav1.TypeMeta   `json:",inline"`
