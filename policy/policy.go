@@ -52,6 +52,11 @@ type Input struct {
 	// Kubelets maps node names to the versions their kubelets report; an empty version is
 	// unknown.
 	Kubelets map[string]string
+	// Rollback is true for the rollback of an upgrade (an UpgradePlan's spec.rollback, whose
+	// record the sequencer checks): the rules against a downgrade, of the release and of its
+	// Kubernetes version, pass for a downgrade within one minor version and fail, required,
+	// across one; kubelets newer than the target are what the rollback replaces.
+	Rollback bool
 }
 
 // Check is the outcome of one policy.
@@ -157,6 +162,8 @@ func Evaluate(in Input) Result {
 
 	nd := Check{Name: CheckNoDowngrade, Description: "the target is not older than the installed version"}
 	switch {
+	case in.Rollback:
+		nd = rollbackStep(nd, current, target, bothKnown)
 	case !bothKnown:
 		nd = result(nd, false, "", "cannot compare versions that are unknown or do not parse")
 	default:

@@ -58,6 +58,9 @@ func kubernetesChecks(in Input) []Check {
 	case cerr != nil:
 		noDown = result(noDown, false, "", "the control plane's Kubernetes version: "+cerr.Error())
 		minor = result(minor, false, "", "the control plane's Kubernetes version: "+cerr.Error())
+	case in.Rollback:
+		noDown = rollbackStep(noDown, current, target, true)
+		minor = result(minor, true, "a rollback", "")
 	default:
 		noDown = result(noDown, target.Compare(current) >= 0,
 			fmt.Sprintf("%s to %s is not a downgrade", current, target),
@@ -73,7 +76,9 @@ func kubernetesChecks(in Input) []Check {
 				fmt.Sprintf("%s to %s skips %d minor versions; upgrade one minor version at a time", current, target, target.Minor-current.Minor-1))
 		}
 	}
-	kubelet = kubeletSkew(kubelet, in.Kubelets, current, currentKnown && cerr == nil, target, targetKnown && terr == nil)
+	// A rollback replaces kubelets that are newer than its target: only the control plane
+	// bounds them.
+	kubelet = kubeletSkew(kubelet, in.Kubelets, current, currentKnown && cerr == nil, target, targetKnown && terr == nil && !in.Rollback)
 	return []Check{force(noDown, in.Force), force(minor, in.Force), force(kubelet, in.Force)}
 }
 
