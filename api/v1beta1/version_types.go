@@ -56,6 +56,12 @@ type VersionStatus struct {
 	// +optional
 	// +listType=atomic
 	Images []string `json:"images,omitempty"`
+	// ImageDigests are what the verified ISO's archives say the images of Images are, hashed
+	// from the archives' bytes by an agent that holds the ISO. The agents' registries serve a
+	// release tag only as an image with these digests, whichever node or peer holds it.
+	// +optional
+	// +listType=atomic
+	ImageDigests []ImageDigest `json:"imageDigests,omitempty"`
 	// InstalledBy names the UpgradePlan that installed the Version.
 	// +optional
 	InstalledBy string `json:"installedBy,omitempty"`
@@ -76,6 +82,23 @@ type VersionRollback struct {
 	Until metav1.Time `json:"until"`
 	// Plan is the UpgradePlan whose soak keeps it.
 	Plan string `json:"plan"`
+}
+
+// ImageDigest is what a release's own archive says one of its images is.
+type ImageDigest struct {
+	// Ref is the image's reference, fully qualified.
+	// +kubebuilder:validation:MinLength=1
+	Ref string `json:"ref"`
+	// Config is the digest of the image's config (sha256:<hex>).
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	// +optional
+	Config string `json:"config,omitempty"`
+	// Manifest is the digest of the image's manifest or index, where the archive is an OCI
+	// image layout that names it (an archive in docker save's older layout has none: each
+	// node's import writes its own).
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
 }
 
 // Version is a release that can be installed. Its name is the release's version (v1.5.2).
