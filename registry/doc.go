@@ -8,9 +8,15 @@
 //   - GET /v2/ answers 200: the API is there and asks for no login.
 //   - Manifests by tag resolve only through the Catalog, the release's own image lists: a tag that
 //     no list names is 404 (MANIFEST_UNKNOWN), whatever the node's containerd or a peer holds.
-//     A listed tag that a list pins to a digest (ref@sha256:..., the digest the verified release
-//     holds it at) is served only as that digest, from the node's store or, by digest, from a
-//     peer; what the node's containerd or a peer holds under the tag does not count. A listed
+//     A listed tag is pinned by what the verified release's own archive says the image is (see
+//     Pin; the agent hashes it from its verified ISO, and the sequencer records it on the
+//     Version for nodes that lack the ISO). A tag pinned to a manifest (ref@sha256:..., an OCI
+//     layout's) is served only as that digest, from the node's store or, by digest, from a peer.
+//     A tag pinned to a config (ref config=sha256:..., docker save's older layout, whose manifest
+//     each node's import writes) is served only as a manifest that names that config: the one
+//     the node's store holds under the tag, else one a peer holds under it, its bytes hashed
+//     here; the config's diff_ids, checked by containerd as it unpacks, bind its layers. What
+//     the node's containerd or a peer holds under the tag does not count otherwise. A listed
 //     tag with no pin is served from the node's own store only: a peer never says what a tag is.
 //   - Manifests and blobs by digest are served only when they belong to a listed image: the
 //     Handler keeps the scope of digests pinned by or reached from the listed images'

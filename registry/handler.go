@@ -158,9 +158,9 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (fromPeer, o
 func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q request) {
 	ctx := r.Context()
 	var (
-		ref, root, dgst, mediaType string
-		body                       []byte
-		err                        error
+		ref, root, cfg, dgst, mediaType string
+		body                            []byte
+		err                             error
 	)
 	if digestRE.MatchString(q.ref) {
 		dgst = q.ref
@@ -169,7 +169,7 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 			h.fail(w, r, "manifests", http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("manifest %s is not one of a release image", dgst))
 			return
 		}
-		ref, root = e.ref, e.root
+		ref, root, cfg = e.ref, e.root, e.config
 		body, mediaType, err = h.manifest(ctx, q, dgst, e)
 	} else {
 		if !tagRE.MatchString(q.ref) {
@@ -180,7 +180,7 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 			h.fail(w, r, "manifests", http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("%s:%s is not an image of a release this node serves", q.name, q.ref))
 			return
 		}
-		dgst, body, mediaType, err = h.resolveTag(ctx, q, ref)
+		dgst, body, mediaType, cfg, err = h.resolveTag(ctx, q, ref)
 		root = dgst
 	}
 	if errors.Is(err, ErrNotFound) {
@@ -188,7 +188,7 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 		return
 	}
 	if err == nil {
-		err = h.scope.admit(ref, root, dgst, mediaType, body)
+		err = h.scope.admit(ref, root, cfg, dgst, mediaType, body)
 	}
 	if err != nil {
 		h.log.Error("serve manifest", "name", q.name, "reference", q.ref, "err", err)
@@ -205,44 +205,73 @@ func (h *Handler) serveManifest(w http.ResponseWriter, r *http.Request, q reques
 	}
 }
 
-// resolveTag returns the manifest the listed image ref is served as. A pinned reference is one
-// of its pins, from the node's store or, by digest, from a peer; what the store or a peer holds
-// under the tag does not count. A reference with no pin is what the node's store holds under the
-// tag, and never a peer's: a peer cannot say what a tag names.
-func (h *Handler) resolveTag(ctx context.Context, q request, ref string) (dgst string, body []byte, mediaType string, err error) {
+// resolveTag returns the manifest the listed image ref is served as, and the config pin it was
+// taken for (empty when none). A reference pinned to manifests is one of them, from the node's
+// store or, by digest, from a peer. A reference pinned to configs is a manifest that names one of
+// them: the one the store holds under the tag, else one a peer holds under it, its bytes checked
+// against the digest they hash to. Nothing else the store or a peer holds under the tag counts.
+// A reference with no pin is what the node's store holds under the tag, and never a peer's.
+func (h *Handler) resolveTag(ctx context.Context, q request, ref string) (dgst string, body []byte, mediaType, cfg string, err error) {
 	pins := pinsOf(h.catalog, ref)
 	local, lerr := h.content.Resolve(ctx, ref)
 	if lerr != nil && !errors.Is(lerr, ErrNotFound) {
-		return "", nil, "", lerr
+		return "", nil, "", "", lerr
 	}
 	if len(pins) == 0 {
 		if lerr != nil {
-			return "", nil, "", lerr
+			return "", nil, "", "", lerr
 		}
 		body, err = readManifest(ctx, h.content, local.Digest)
-		return local.Digest, body, local.MediaType, err
+		return local.Digest, body, local.MediaType, "", err
 	}
+	manifests, configs := pinSets(pins)
 	if lerr == nil {
 		// The pin the store holds under the tag goes first: it needs no peer.
-		if i := slices.Index(pins, local.Digest); i > 0 {
-			pins = slices.Concat(pins[i:i+1], pins[:i], pins[i+1:])
+		if i := slices.Index(manifests, local.Digest); i > 0 {
+			manifests = slices.Concat(manifests[i:i+1], manifests[:i], manifests[i+1:])
 		}
 	}
 	err = ErrNotFound
-	for _, p := range pins {
+	for _, p := range manifests {
 		e := entry{manifest: true, size: -1, ref: ref, root: p}
 		if lerr == nil && local.Digest == p {
 			e.mediaType = local.MediaType
 		}
 		body, mediaType, err = h.manifest(ctx, q, p, e)
 		if err == nil {
-			return p, body, mediaType, nil
+			return p, body, mediaType, "", nil
 		}
 		if ctx.Err() != nil {
-			return "", nil, "", ctx.Err()
+			return "", nil, "", "", ctx.Err()
 		}
 	}
-	return "", nil, "", err
+	if len(configs) == 0 {
+		return "", nil, "", "", err
+	}
+	if lerr == nil {
+		b, rerr := readManifest(ctx, h.content, local.Digest)
+		switch c := manifestConfig(b, local.MediaType); {
+		case rerr == nil && slices.Contains(configs, c):
+			return local.Digest, b, local.MediaType, c, nil
+		case rerr != nil && !errors.Is(rerr, ErrNotFound):
+			err = rerr
+		}
+	}
+	if h.peers == nil || q.fromPeer {
+		return "", nil, "", "", err
+	}
+	accept := func(body []byte, mediaType string) (string, bool) {
+		c := manifestConfig(body, mediaType)
+		return c, slices.Contains(configs, c)
+	}
+	dgst, body, mediaType, cfg, perr := h.peers.manifestByTag(ctx, q.path("manifests", q.ref), accept)
+	if perr == nil || errors.Is(err, ErrNotFound) {
+		err = perr
+	}
+	if perr != nil {
+		return "", nil, "", "", err
+	}
+	return dgst, body, mediaType, cfg, nil
 }
 
 // manifest returns the manifest dgst, which the scope knows as e: from the node's store, else,
@@ -255,9 +284,10 @@ func (h *Handler) manifest(ctx context.Context, q request, dgst string, e entry)
 	return body, e.mediaType, err
 }
 
-// path is the path and query a peer is asked, by digest, for what q asks.
-func (q request) path(kind, dgst string) string {
-	p := "/v2/" + q.name + "/" + kind + "/" + dgst
+// path is the path and query a peer is asked for what q asks: by digest, or by tag for an image
+// pinned to its config.
+func (q request) path(kind, ref string) string {
+	p := "/v2/" + q.name + "/" + kind + "/" + ref
 	if q.ns != "" {
 		p += "?ns=" + url.QueryEscape(q.ns)
 	}

@@ -188,6 +188,41 @@ func (p *Peers) manifest(ctx context.Context, path, want, mediaType string, size
 	return nil, "", fmt.Errorf("manifest %s: no peer holds it: %w", want, ErrNotFound)
 }
 
+// manifestByTag asks the peers in turn for the manifest at path, a tag of an image the release
+// pins by its config, and returns the first answer that accept takes: the body (at most
+// maxManifest bytes), the digest its bytes hash to (a Docker-Content-Digest that says otherwise
+// refuses the peer), its media type and what accept returned. A peer does not say what the tag is:
+// accept checks the config the manifest names against the release's. It returns ErrNotFound when
+// no peer's answer is taken.
+func (p *Peers) manifestByTag(ctx context.Context, path string, accept func(body []byte, mediaType string) (string, bool)) (dgst string, body []byte, mediaType, cfg string, err error) {
+	for _, m := range p.others() {
+		var buf bytes.Buffer
+		hdr, err := p.fetch(ctx, m, path, -1, maxManifest, &buf)
+		if err == nil {
+			dgst = digestOf(buf.Bytes())
+			mediaType = ""
+			if ct, _, perr := mime.ParseMediaType(hdr.Get("Content-Type")); perr == nil && strings.Contains(ct, "manifest") {
+				mediaType = ct
+			}
+			var ok bool
+			switch cfg, ok = accept(buf.Bytes(), mediaType); {
+			case hdr.Get("Docker-Content-Digest") != "" && hdr.Get("Docker-Content-Digest") != dgst:
+				err = fmt.Errorf("%w: sent %s as %s", peer.ErrVerification, dgst, hdr.Get("Docker-Content-Digest"))
+			case !ok:
+				err = fmt.Errorf("%w: manifest %s names config %q, none the release names", peer.ErrVerification, dgst, cfg)
+			}
+		}
+		if err == nil {
+			return dgst, buf.Bytes(), mediaType, cfg, nil
+		}
+		if ctx.Err() != nil {
+			return "", nil, "", "", ctx.Err()
+		}
+		p.refuse(m, path, err)
+	}
+	return "", nil, "", "", fmt.Errorf("manifest %s: no peer holds the release's image: %w", path, ErrNotFound)
+}
+
 // blobFlight is one fetch of a blob from the peers, shared by the requests that wait for it.
 type blobFlight struct {
 	dgst   string

@@ -47,15 +47,28 @@ type Catalog interface {
 	Refs() []string
 }
 
-// Pinned is an optional capability of a Catalog, found by type assertion: the digests of the
-// manifests (or indexes) the verified releases name for their references, as read from the
-// releases' own image archives. A pinned reference is served only as one of its pins, whatever
-// the node's store or a peer holds under its tag; a listed reference with no pin is served from
-// the node's own store only, never from a peer.
+// Pin is what a verified release says one of its images is, as read from the release's own
+// image archive: the digest of its manifest or index where the archive names one (an OCI image
+// layout), else the digest of its config (docker save's older layout, whose manifest each
+// node's import writes for itself). A manifest is served for a pinned tag only when it is one of
+// the tag's manifest pins, or when the config it names is one of the tag's config pins.
+type Pin struct {
+	// Manifest is the digest ("sha256:<hex>") of the image's manifest or index; empty when the
+	// release does not name one.
+	Manifest string
+	// Config is the digest ("sha256:<hex>") of the image's config; empty when unknown. It
+	// counts only for a pin without a Manifest: a manifest's digest already fixes its config.
+	Config string
+}
+
+// Pinned is an optional capability of a Catalog, found by type assertion: what the verified
+// releases say their references are (see Pin). A pinned reference is served only as one of its
+// pins, whatever the node's store or a peer holds under its tag; a listed reference with no pin
+// is served from the node's own store only, never from a peer.
 type Pinned interface {
-	// Pins returns the digests ("sha256:<hex>") pinned for ref, sorted, or none; the caller owns
-	// the slice. It is safe for concurrent use and does not block.
-	Pins(ref string) []string
+	// Pins returns the pins of ref, sorted, or none; the caller owns the slice. It is safe for
+	// concurrent use and does not block.
+	Pins(ref string) []Pin
 }
 
 // Versioned is an optional capability of a Catalog, found by type assertion: a number that
@@ -82,8 +95,8 @@ var (
 )
 
 // Set sets the image list of release, replacing an earlier one. An entry is a reference
-// (docker.io/library/x:v1), or a reference pinned to the digest of its manifest or index as the
-// verified release holds it (docker.io/library/x:v1@sha256:<hex>).
+// (docker.io/library/x:v1), optionally pinned (see Entry): docker.io/library/x:v1@sha256:<hex>
+// pins its manifest or index, and a following " config=sha256:<hex>" its config.
 func (l *Lists) Set(release string, refs []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -115,7 +128,7 @@ func (l *Lists) Refs() []string {
 	var out []string
 	for _, refs := range l.lists {
 		for _, r := range refs {
-			ref, _ := SplitPin(r)
+			ref, _ := ParseEntry(r)
 			out = append(out, ref)
 		}
 	}
@@ -123,19 +136,19 @@ func (l *Lists) Refs() []string {
 	return slices.Compact(out)
 }
 
-// Pins implements Pinned: the digests every list pins ref to.
-func (l *Lists) Pins(ref string) []string {
+// Pins implements Pinned: the pins every list gives ref.
+func (l *Lists) Pins(ref string) []Pin {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []string
+	var out []Pin
 	for _, refs := range l.lists {
 		for _, r := range refs {
-			if name, d := SplitPin(r); d != "" && name == ref {
-				out = append(out, d)
+			if name, p := ParseEntry(r); p != (Pin{}) && name == ref {
+				out = append(out, p)
 			}
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b Pin) int { return strings.Compare(a.Manifest+" "+a.Config, b.Manifest+" "+b.Config) })
 	return slices.Compact(out)
 }
 
@@ -146,16 +159,31 @@ func (l *Lists) Generation() uint64 {
 	return l.gen
 }
 
-// SplitPin splits an entry of an image list into its reference and the digest it is pinned to
-// (empty when it has none, or when what follows the last @ is not a sha256 digest: the entry is
-// then a reference as a whole).
-func SplitPin(entry string) (ref, dgst string) {
-	i := strings.LastIndexByte(entry, '@')
-	if i < 0 || !digestRE.MatchString(entry[i+1:]) {
-		return entry, ""
+// configField is how an entry of an image list names the digest of its image's config.
+const configField = " config="
+
+// ParseEntry splits an entry of an image list into its reference and its pin: the digest after
+// the last @ of the reference, when it is a sha256 digest (else the @ is part of the reference),
+// and the digest of a following " config=" field. An entry whose config field is not a sha256
+// digest has no config pin.
+func ParseEntry(entry string) (ref string, pin Pin) {
+	ref, cfg, ok := strings.Cut(entry, configField)
+	if ok && digestRE.MatchString(cfg) {
+		pin.Config = cfg
 	}
-	return entry[:i], entry[i+1:]
+	if i := strings.LastIndexByte(ref, '@'); i >= 0 && digestRE.MatchString(ref[i+1:]) {
+		ref, pin.Manifest = ref[:i], ref[i+1:]
+	}
+	return ref, pin
 }
 
-// Pin returns the entry of an image list that pins ref to dgst.
-func Pin(ref, dgst string) string { return ref + "@" + dgst }
+// Entry returns the entry of an image list that pins ref to pin (ref alone for no pin).
+func Entry(ref string, pin Pin) string {
+	if pin.Manifest != "" {
+		ref += "@" + pin.Manifest
+	}
+	if pin.Config != "" {
+		ref += configField + pin.Config
+	}
+	return ref
+}

@@ -41,6 +41,9 @@ type entry struct {
 	// ref is the listed image the digest was reached from, and root the digest of that image's
 	// manifest or index (a pin, or the target the node's store gives the tag).
 	ref, root string
+	// config is the config pin root was admitted for: empty when root is a manifest pin or the
+	// image has no pin.
+	config string
 }
 
 // Bounds of the scope's work on digests it does not admit (see lookup).
@@ -123,15 +126,15 @@ func catalogKey(c Catalog) string {
 	for _, ref := range c.Refs() {
 		b.WriteString(ref)
 		for _, p := range pinsOf(c, ref) {
-			b.WriteString("@" + p)
+			b.WriteString("@" + p.Manifest + "+" + p.Config)
 		}
 		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-// pinsOf returns the digests c pins ref to, none when c pins nothing.
-func pinsOf(c Catalog, ref string) []string {
+// pinsOf returns the pins c gives ref, none when c pins nothing.
+func pinsOf(c Catalog, ref string) []Pin {
 	if p, ok := c.(Pinned); ok {
 		return p.Pins(ref)
 	}
@@ -244,9 +247,37 @@ func parseManifest(body []byte, mediaType string) (string, []childDesc, bool, er
 	return mediaType, children, false, nil
 }
 
-// admit puts the manifest dgst of image ref (reached from the manifest or index root) and its
-// children into the scope, with the sizes the manifest gives them.
-func (s *scope) admit(ref, root, dgst, mediaType string, body []byte) error {
+// pinSets splits pins into the manifests they name and the configs of those that name none.
+func pinSets(pins []Pin) (manifests, configs []string) {
+	for _, p := range pins {
+		switch {
+		case p.Manifest != "":
+			manifests = append(manifests, p.Manifest)
+		case p.Config != "":
+			configs = append(configs, p.Config)
+		}
+	}
+	return manifests, configs
+}
+
+// manifestConfig returns the digest of the config the image manifest body names; empty for an
+// index or what cannot be read as a manifest.
+func manifestConfig(body []byte, mediaType string) string {
+	_, children, index, err := parseManifest(body, mediaType)
+	if err != nil || index || len(children) == 0 {
+		return ""
+	}
+	var doc manifestDoc
+	if json.Unmarshal(body, &doc) != nil || doc.Config == nil {
+		return ""
+	}
+	return doc.Config.Digest
+}
+
+// admit puts the manifest dgst of image ref (reached from the manifest or index root, admitted
+// for the config pin cfg when not empty) and its children into the scope, with the sizes the
+// manifest gives them.
+func (s *scope) admit(ref, root, cfg, dgst, mediaType string, body []byte) error {
 	mt, children, index, err := parseManifest(body, mediaType)
 	if err != nil {
 		return fmt.Errorf("manifest %s of %s: %w", dgst, ref, err)
@@ -261,32 +292,38 @@ func (s *scope) admit(ref, root, dgst, mediaType string, body []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.putLocked(dgst, entry{mediaType: mt, manifest: true, size: int64(len(body)), ref: ref, root: root})
+	s.putLocked(dgst, entry{mediaType: mt, manifest: true, size: int64(len(body)), ref: ref, root: root, config: cfg})
 	for _, c := range children {
-		s.putLocked(c.Digest, entry{mediaType: c.MediaType, manifest: index, size: c.Size, ref: ref, root: root})
+		s.putLocked(c.Digest, entry{mediaType: c.MediaType, manifest: index, size: c.Size, ref: ref, root: root, config: cfg})
 	}
 	return nil
 }
 
 // refresh rebuilds the scope for the catalog's version key: the pinned manifests of the listed
-// images and what the store holds of them, and, for a listed image with no pin, what the store
-// holds under its tag. Digests admitted earlier (those served from peers) are kept while their
-// image is listed with the same pins.
+// images and what the store holds of them; what the store holds under the tag of an image pinned
+// by its config, when its manifest names that config; and, for a listed image with no pin, what
+// the store holds under its tag. Digests admitted earlier (those served from peers) are kept
+// while their image is listed with the pin they were admitted for.
 func (s *scope) refresh(ctx context.Context, c Content, cat Catalog, key string) error {
 	fresh := &scope{}
-	type listing struct{ pins []string }
+	type listing struct {
+		pinned             bool
+		manifests, configs []string
+	}
 	listed := map[string]listing{}
 	for _, ref := range cat.Refs() {
 		pins := pinsOf(cat, ref)
-		listed[ref] = listing{pins: pins}
-		if len(pins) > 0 {
-			// The tag resolves only to its pins: what the store holds under it does not count.
-			for _, p := range pins {
-				fresh.put(p, entry{manifest: true, size: -1, ref: ref, root: p})
-				if err := fresh.walk(ctx, c, ref, p, p, "", 0); err != nil {
-					return err
-				}
+		manifests, configs := pinSets(pins)
+		listed[ref] = listing{pinned: len(pins) > 0, manifests: manifests, configs: configs}
+		// The tag resolves only to its pins: what the store holds under it counts only when its
+		// config is one the release names.
+		for _, p := range manifests {
+			fresh.put(p, entry{manifest: true, size: -1, ref: ref, root: p})
+			if err := fresh.walk(ctx, c, ref, p, "", p, "", 0); err != nil {
+				return err
 			}
+		}
+		if len(pins) > 0 && len(configs) == 0 {
 			continue
 		}
 		d, err := c.Resolve(ctx, ref)
@@ -296,7 +333,20 @@ func (s *scope) refresh(ctx context.Context, c Content, cat Catalog, key string)
 		if err != nil {
 			return fmt.Errorf("resolve %s: %w", ref, err)
 		}
-		if err := fresh.walk(ctx, c, ref, d.Digest, d.Digest, d.MediaType, 0); err != nil {
+		cfg := ""
+		if len(configs) > 0 {
+			body, err := readManifest(ctx, c, d.Digest)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if cfg = manifestConfig(body, d.MediaType); !slices.Contains(configs, cfg) {
+				continue // another image under the release's tag
+			}
+		}
+		if err := fresh.walk(ctx, c, ref, d.Digest, cfg, d.Digest, d.MediaType, 0); err != nil {
 			return err
 		}
 	}
@@ -307,7 +357,7 @@ func (s *scope) refresh(ctx context.Context, c Content, cat Catalog, key string)
 			continue
 		}
 		l, ok := listed[e.ref]
-		if ok && (len(l.pins) == 0 || slices.Contains(l.pins, e.root)) {
+		if ok && (!l.pinned || slices.Contains(l.manifests, e.root) || (e.config != "" && slices.Contains(l.configs, e.config))) {
 			fresh.putLocked(d, e)
 		}
 	}
@@ -316,7 +366,7 @@ func (s *scope) refresh(ctx context.Context, c Content, cat Catalog, key string)
 	return nil
 }
 
-func (s *scope) walk(ctx context.Context, c Content, ref, root, dgst, mediaType string, depth int) error {
+func (s *scope) walk(ctx context.Context, c Content, ref, root, cfg, dgst, mediaType string, depth int) error {
 	if depth > maxDepth {
 		return nil
 	}
@@ -327,7 +377,7 @@ func (s *scope) walk(ctx context.Context, c Content, ref, root, dgst, mediaType 
 	if err != nil {
 		return err
 	}
-	if err := s.admit(ref, root, dgst, mediaType, body); err != nil {
+	if err := s.admit(ref, root, cfg, dgst, mediaType, body); err != nil {
 		return err
 	}
 	e, _ := s.get(dgst)
@@ -336,7 +386,7 @@ func (s *scope) walk(ctx context.Context, c Content, ref, root, dgst, mediaType 
 		return nil
 	}
 	for _, m := range children {
-		if err := s.walk(ctx, c, ref, root, m.Digest, m.MediaType, depth+1); err != nil {
+		if err := s.walk(ctx, c, ref, root, cfg, m.Digest, m.MediaType, depth+1); err != nil {
 			return err
 		}
 	}
