@@ -210,15 +210,16 @@ func Check(ctx context.Context, c client.Reader, v *v1beta1.Version, p *v1beta1.
 }
 
 // Create creates v, unless versionExists (Check said so), then p. When p cannot be created, a
-// Version created here is deleted again, so that a failed apply leaves nothing.
+// Version created here is deleted again, so that a failed apply leaves nothing. A Create whose
+// answer was lost (RetryingClient) is taken for done when what exists is what was asked for: a
+// Version of the same ISO, a plan of the same target.
 func Create(ctx context.Context, c client.Client, v *v1beta1.Version, p *v1beta1.UpgradePlan, versionExists bool) error {
 	if !versionExists {
-		if err := c.Create(ctx, v); err != nil {
-			return fmt.Errorf("create version %s: %w", v.Name, err)
+		if err := createVersion(ctx, c, v); err != nil {
+			return err
 		}
 	}
-	if err := c.Create(ctx, p); err != nil {
-		err = fmt.Errorf("create upgradeplan %s: %w", p.Name, err)
+	if _, err := createPlan(ctx, c, p); err != nil {
 		if !versionExists {
 			if derr := c.Delete(ctx, v, client.Preconditions{UID: &v.UID}); client.IgnoreNotFound(derr) != nil {
 				err = errors.Join(err, fmt.Errorf("delete version %s again: %w", v.Name, derr))
@@ -226,5 +227,26 @@ func Create(ctx context.Context, c client.Client, v *v1beta1.Version, p *v1beta1
 		}
 		return err
 	}
+	return nil
+}
+
+// createVersion creates v; a Version of its name for the same ISO that exists already is read
+// into v.
+func createVersion(ctx context.Context, c client.Client, v *v1beta1.Version) error {
+	err := c.Create(ctx, v)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create version %s: %w", v.Name, err)
+	}
+	var cur v1beta1.Version
+	if gerr := c.Get(ctx, client.ObjectKeyFromObject(v), &cur); gerr != nil {
+		return fmt.Errorf("create version %s: %w; and get it: %w", v.Name, err, gerr)
+	}
+	if !SameISO(&cur, v) {
+		return fmt.Errorf("%w: version %s exists for another ISO (%s)", ErrConflict, v.Name, redact.URL(cur.Spec.ISOURL))
+	}
+	*v = cur
 	return nil
 }

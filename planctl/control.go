@@ -9,10 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/retry"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )
 
@@ -72,6 +73,8 @@ func Pause(ctx context.Context, c client.Client, name string) (PauseResult, erro
 	if err := c.List(ctx, &nodes); err != nil {
 		return res, fmt.Errorf("list nodes: %w", err)
 	}
+	// tried names the nodes the attempts added: a write that failed may have landed.
+	var tried []string
 	err := update(ctx, c, name, func(p *v1beta1.UpgradePlan) error {
 		res = PauseResult{}
 		if finished(p.Status.Phase) {
@@ -95,7 +98,17 @@ func Pause(ctx context.Context, c client.Client, name string) (PauseResult, erro
 		ours := annotated(p)
 		for _, n := range slices.Compact(names) {
 			state := p.Status.NodeUpgradeStatuses[n].State
-			if state == v1beta1.NodeUpgraded || slices.Contains(o.PauseNodes, n) {
+			if state == v1beta1.NodeUpgraded {
+				continue
+			}
+			if slices.Contains(o.PauseNodes, n) {
+				// An earlier attempt of this call added it, and its answer was lost.
+				if slices.Contains(tried, n) && slices.Contains(ours, n) {
+					res.Added = append(res.Added, n)
+					if slices.Contains(inFlightStates, state) {
+						res.InFlight = append(res.InFlight, n)
+					}
+				}
 				continue
 			}
 			if slices.Contains(inFlightStates, state) {
@@ -104,6 +117,7 @@ func Pause(ctx context.Context, c client.Client, name string) (PauseResult, erro
 			o.PauseNodes = append(o.PauseNodes, n)
 			ours = append(ours, n)
 			res.Added = append(res.Added, n)
+			tried = append(tried, n)
 		}
 		setAnnotated(p, ours)
 		return nil
@@ -114,22 +128,36 @@ func Pause(ctx context.Context, c client.Client, name string) (PauseResult, erro
 // Resume removes from the plan's pauseNodes the nodes Pause added (PausedAnnotation), or every
 // node with all, and returns the nodes removed and the nodes still paused.
 func Resume(ctx context.Context, c client.Client, name string, all bool) (removed, still []string, err error) {
+	// tried names the nodes the attempts removed: a write that failed may have landed.
+	var tried []string
 	err = update(ctx, c, name, func(p *v1beta1.UpgradePlan) error {
 		removed, still = nil, nil
 		o := p.Spec.NodeUpgradeOption
 		ours := annotated(p)
-		if o == nil {
-			setAnnotated(p, nil)
-			return nil
+		var paused []string
+		if o != nil {
+			paused = o.PauseNodes
 		}
-		for _, n := range o.PauseNodes {
+		for _, n := range paused {
 			if all || slices.Contains(ours, n) {
 				removed = append(removed, n)
 			} else {
 				still = append(still, n)
 			}
 		}
-		o.PauseNodes = still
+		for _, n := range tried {
+			if !slices.Contains(paused, n) {
+				removed = append(removed, n)
+			}
+		}
+		for _, n := range removed {
+			if !slices.Contains(tried, n) {
+				tried = append(tried, n)
+			}
+		}
+		if o != nil {
+			o.PauseNodes = still
+		}
 		setAnnotated(p, nil)
 		return nil
 	})
@@ -143,6 +171,10 @@ func Resume(ctx context.Context, c client.Client, name string, all bool) (remove
 func Retry(ctx context.Context, c client.Client, name string, now time.Time) (string, error) {
 	v := now.UTC().Format(time.RFC3339Nano)
 	err := update(ctx, c, name, func(p *v1beta1.UpgradePlan) error {
+		if p.Annotations[v1beta1.RetryAnnotation] == v || p.Status.ObservedRetry == v {
+			// An earlier attempt of this call landed, and its answer was lost.
+			return nil
+		}
 		if p.Status.Phase != v1beta1.PhaseFailed {
 			phase := string(p.Status.Phase)
 			if phase == "" {
@@ -159,23 +191,58 @@ func Retry(ctx context.Context, c client.Client, name string, now time.Time) (st
 	return v, err
 }
 
-// update applies change to the plan name and writes it, again on a conflict.
+// conflictBackoff paces the attempts of an update that meets a Conflict: the sequencer writes
+// the plan's status all along, and a write of the previous attempt may have landed before its
+// answer was lost (RetryingClient).
+var conflictBackoff = backoff.Policy{Initial: 10 * time.Millisecond, Max: time.Second, Jitter: 0.5, Attempts: 10}
+
+// update reads the plan name, applies change to it and writes it; on a Conflict it reads it
+// again and applies change again, so change must be idempotent: applied to a plan it already
+// changed, it changes nothing. An error of change is returned as it is.
 func update(ctx context.Context, c client.Client, name string, change func(*v1beta1.UpgradePlan) error) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	var conflict error
+	err := backoff.Retry(ctx, conflictBackoff, func(ctx context.Context) error {
 		var p v1beta1.UpgradePlan
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
-			return fmt.Errorf("get upgradeplan %s: %w", name, err)
+			return backoff.Permanent(fmt.Errorf("get upgradeplan %s: %w", name, err))
 		}
 		if err := change(&p); err != nil {
+			return backoff.Permanent(err)
+		}
+		err := c.Update(ctx, &p)
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err):
+			conflict = err
 			return err
 		}
-		if err := c.Update(ctx, &p); err != nil {
-			return fmt.Errorf("update upgradeplan %s: %w", name, err)
-		}
-		return nil
+		return backoff.Permanent(fmt.Errorf("update upgradeplan %s: %w", name, err))
 	})
+	if conflict != nil && errors.Is(err, backoff.ErrGaveUp) {
+		return fmt.Errorf("update upgradeplan %s: changed by others at each of %d attempts: %w", name, conflictBackoff.Attempts, conflict)
+	}
+	return err
 }
 
+// PausedByHand names the nodes of the plan's pauseNodes that Pause did not add: Resume leaves
+// them, Resume with all removes them too.
+func PausedByHand(p *v1beta1.UpgradePlan) []string {
+	o := p.Spec.NodeUpgradeOption
+	if o == nil {
+		return nil
+	}
+	ours := annotated(p)
+	var out []string
+	for _, n := range o.PauseNodes {
+		if !slices.Contains(ours, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// annotated names the nodes PausedAnnotation lists.
 func annotated(p *v1beta1.UpgradePlan) []string {
 	v := p.Annotations[PausedAnnotation]
 	if v == "" {
@@ -184,6 +251,7 @@ func annotated(p *v1beta1.UpgradePlan) []string {
 	return strings.Split(v, ",")
 }
 
+// setAnnotated makes PausedAnnotation list nodes, or removes it when there is none.
 func setAnnotated(p *v1beta1.UpgradePlan, nodes []string) {
 	if len(nodes) == 0 {
 		delete(p.Annotations, PausedAnnotation)

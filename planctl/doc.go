@@ -2,14 +2,22 @@
 // library side of `upgrade-repo upgrade`: the Version and the UpgradePlan that apply creates
 // from a release ISO's URL and checksum (the checksum may come from the `.sha512` file beside the
 // ISO), the drains a dry run previews, pause and resume through the plan's
-// spec.nodeUpgradeOption.pauseNodes, retry through v1beta1.RetryAnnotation, and abort, the plan's
-// deletion, with what it leaves behind.
+// spec.nodeUpgradeOption.pauseNodes, retry through v1beta1.RetryAnnotation, skip through
+// spec.nodeUpgradeOption.skipNodes, the plan that upgrades one node alone
+// (spec.nodeUpgradeOption.nodes), and abort, the plan's deletion, with what it leaves behind.
 //
 // Every function that talks to the cluster takes a controller-runtime client and does what it
 // says with the API server, nothing else: it never waits for the sequencer. The commands print
-// and ask; this package decides what to write.
+// and ask; this package decides what to write. Each change is idempotent: made twice, or once
+// more after a write that landed but whose answer was lost, it leaves the same plan, and an
+// update that meets a Conflict reads the plan again and applies the change again.
 //
-// Imports: api/v1beta1, peer (the one ISO checksum parser), redact, sequencer (the node order,
-// what a control-plane node is) and sequencer/suc (the names of system-upgrade-controller's
+// The commands hand these functions a RetryingClient, which rides out a restarting API server:
+// Transient is the one rule of what is waited out (connection failures, 429, 5xx, etcd's leader
+// changes), with backoff for a bounded time, and told once per outage. The planctltest package
+// is an API server stand-in that goes away and comes back, for tests.
+//
+// Imports: api/v1beta1, backoff (the one retry policy), checksum, redact, sequencer (the node
+// order, what a control-plane node is) and sequencer/suc (the names of system-upgrade-controller's
 // Plans); never the commands.
 package planctl
