@@ -46,7 +46,7 @@ func commands() map[string]command {
 		"plan":      {"check whether an upgrade is allowed and show what it would change", runPlan},
 		"sequencer": {"the controller that drives UpgradePlans through their phases", runSequencer},
 		"step":      {"a release's node step in an UpgradePlan's node Job (step kubeadm)", runStep},
-		"upgrade":   {"apply, follow, pause, resume, retry or abort an upgrade (upgrade apply|status|pause|resume|retry|abort)", runUpgrade},
+		"upgrade":   {"apply, follow, pause, resume, retry, skip or abort an upgrade, or upgrade one node (upgrade apply|status|pause|resume|retry|skip|node|abort)", runUpgrade},
 		"version":   {"print the version of this binary", runVersion},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // upgradeVerbs lists the verbs of `upgrade`, each a command of its own.
@@ -24,6 +25,8 @@ func upgradeVerbs() map[string]command {
 		"resume": {"take the nodes pause added out of pauseNodes again (--all: every node)", runUpgradeResume},
 		"retry":  {"resume a Failed UpgradePlan from the phase that failed", runUpgradeRetry},
 		"abort":  {"delete an UpgradePlan and say what it leaves (cordoned nodes, interrupted steps)", runUpgradeAbort},
+		"skip":   {"give up on nodes of the plan in flight: into spec.nodeUpgradeOption.skipNodes, they stay at their version", runUpgradeSkip},
+		"node":   {"upgrade one node alone (a node skipped before) to the last Succeeded plan's Version, or --version", runUpgradeNode},
 	}
 }
 
@@ -51,10 +54,28 @@ func runUpgrade(ctx context.Context, a *app, args []string) error {
 	return v.run(ctx, a, args[1:])
 }
 
-// kubeFlags registers kubectl's --kubeconfig and --context on fset.
-func kubeFlags(fset *flag.FlagSet, kubeconfig, kubeContext *string) {
-	fset.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
-	fset.StringVar(kubeContext, "context", "", "the kubeconfig `context` to use; its current context when empty")
+// kubeOptions are the flags of a verb that talks to the cluster: which cluster, as kubectl, and
+// how long to wait for its API server while it is away.
+type kubeOptions struct {
+	kubeconfig, context string
+	// apiTimeout bounds each wait for an API server that is away (planctl.RetryingClient).
+	apiTimeout time.Duration
+}
+
+// flags registers kubectl's --kubeconfig and --context, and --api-timeout, on fset.
+func (k *kubeOptions) flags(fset *flag.FlagSet) {
+	fset.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
+	fset.StringVar(&k.context, "context", "", "the kubeconfig `context` to use; its current context when empty")
+	fset.DurationVar(&k.apiTimeout, "api-timeout", planctl.DefaultAPITimeout,
+		"how long to wait for an API server that is away (restarting, electing a leader, overloaded) before failing")
+}
+
+// check refuses flags that cannot work.
+func (k kubeOptions) check() error {
+	if k.apiTimeout <= 0 {
+		return fmt.Errorf("%w: --api-timeout must be positive", errUsage)
+	}
+	return nil
 }
 
 // parseVerbArgs parses a verb's flags, which may come before or after its arguments (PLAN), as
@@ -106,35 +127,36 @@ func orNotStarted(p v1beta1.Phase) string {
 // upgradeRESTConfig loads the configuration of the cluster kubectl would talk to: clientcmd's
 // loading rules (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster) and
 // --context.
-func upgradeRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+func upgradeRESTConfig(k kubeOptions) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
+	rules.ExplicitPath = k.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+		&clientcmd.ConfigOverrides{CurrentContext: k.context}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	return cfg, nil
 }
 
-// upgradeClient builds a client of the cluster kubectl would talk to (upgradeRESTConfig).
-func upgradeClient(kubeconfig, kubeContext string) (client.WithWatch, error) {
-	cfg, err := upgradeRESTConfig(kubeconfig, kubeContext)
+// upgradeClient builds a client of the cluster kubectl would talk to (upgradeRESTConfig) that
+// rides out a restarting API server (upgradeClientFor).
+func upgradeClient(a *app, k kubeOptions) (*planctl.RetryingClient, error) {
+	cfg, err := upgradeRESTConfig(k)
 	if err != nil {
 		return nil, err
 	}
-	return upgradeClientFor(cfg)
+	return upgradeClientFor(a, cfg, k.apiTimeout)
 }
 
-// upgradeClientFor builds a client of the cluster of cfg that knows the core kinds and v1beta1.
-func upgradeClientFor(cfg *rest.Config) (client.WithWatch, error) {
+// upgradeClientFor builds a client of the cluster of cfg that knows the core kinds and v1beta1
+// and waits for its API server for at most apiTimeout at each outage, saying once on a.stderr
+// that it waits and why.
+func upgradeClientFor(a *app, cfg *rest.Config, apiTimeout time.Duration) (*planctl.RetryingClient, error) {
 	s, err := planScheme()
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return nil, fmt.Errorf("connect to the cluster: %w", err)
-	}
-	return c, nil
+	return planctl.NewClusterClient(cfg, s, apiTimeout, planctl.WithWaiting(func(w planctl.Wait) {
+		fmt.Fprintf(a.stderr, "upgrade-repo: waiting up to %s for the API server (%s: %s)\n", w.Bound, w.Op, w.Why)
+	}))
 }

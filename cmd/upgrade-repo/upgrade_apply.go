@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -30,11 +31,12 @@ const sequencerPods = "app.kubernetes.io/component=sequencer"
 
 // upgradeApplyOptions are the flags of `upgrade apply`.
 type upgradeApplyOptions struct {
-	req                            planctl.Request
-	release                        string
-	kubeconfig, context, namespace string
-	yes, dryRun                    bool
-	timeout                        time.Duration
+	req         planctl.Request
+	release     string
+	namespace   string
+	yes, dryRun bool
+	timeout     time.Duration
+	kubeOptions
 }
 
 // applyEnv is what apply talks to besides the cluster's objects: the API server's version (nil:
@@ -67,7 +69,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.yes, "yes", false, "do not ask before creating the plan (required when stdin is not a terminal)")
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
-	kubeFlags(fset, &o.kubeconfig, &o.context)
+	o.kubeOptions.flags(fset)
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
 	fset.Usage = func() {
 		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]")
@@ -86,26 +88,39 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	case o.timeout < 0:
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
 	}
-	cfg, err := upgradeRESTConfig(o.kubeconfig, o.context)
+	if err := o.check(); err != nil {
+		return err
+	}
+	cfg, err := upgradeRESTConfig(o.kubeOptions)
 	if err != nil {
 		return err
 	}
-	c, err := upgradeClientFor(cfg)
+	c, err := upgradeClientFor(a, cfg, o.apiTimeout)
 	if err != nil {
 		return err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	// ServerVersion takes no context: its own timeout bounds each attempt.
+	dcfg := rest.CopyConfig(cfg)
+	dcfg.Timeout = planctl.DefaultAttemptTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(dcfg)
 	if err != nil {
 		return fmt.Errorf("connect to the cluster: %w", err)
 	}
 	env := applyEnv{
 		c: c, hc: &http.Client{Timeout: 30 * time.Second}, stdin: os.Stdin, interactive: isTerminal(os.Stdin), now: time.Now,
 		serverVersion: func() (string, error) {
-			v, err := dc.ServerVersion()
+			var v string
+			err := c.Do(ctx, "get the API server's version", func(context.Context) error {
+				sv, err := dc.ServerVersion()
+				if err == nil {
+					v = sv.GitVersion
+				}
+				return err
+			})
 			if err != nil {
 				return "", fmt.Errorf("read the API server's version: %w", err)
 			}
-			return v.GitVersion, nil
+			return v, nil
 		},
 	}
 	return upgradeApply(ctx, a, env, o)

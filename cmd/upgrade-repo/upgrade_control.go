@@ -18,7 +18,8 @@ import (
 
 // planVerbOptions are what pause, resume, retry and abort share: the plan and the cluster.
 type planVerbOptions struct {
-	plan, kubeconfig, context string
+	plan string
+	kubeOptions
 }
 
 // parsePlanVerb parses the flags of a verb that acts on one plan, PLAN before or after them;
@@ -27,12 +28,12 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 	var o planVerbOptions
 	fset := flag.NewFlagSet("upgrade "+verb, flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	kubeFlags(fset, &o.kubeconfig, &o.context)
+	o.kubeOptions.flags(fset)
 	if extra != nil {
 		extra(fset)
 	}
 	fset.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s PLAN [--kubeconfig FILE] [--context NAME]\n  %s\n", verb, usage)
+		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s PLAN [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
 		fset.PrintDefaults()
 	}
 	pos, help, err := parseVerbArgs(fset, args)
@@ -41,6 +42,9 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 	}
 	if len(pos) != 1 {
 		return o, false, fmt.Errorf("%w: upgrade %s takes one plan, got %q", errUsage, verb, pos)
+	}
+	if err := o.check(); err != nil {
+		return o, false, err
 	}
 	o.plan = pos[0]
 	return o, false, nil
@@ -52,7 +56,7 @@ func runUpgradePause(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(o.kubeconfig, o.context)
+	c, err := upgradeClient(a, o.kubeOptions)
 	if err != nil {
 		return err
 	}
@@ -100,7 +104,7 @@ func runUpgradeResume(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(o.kubeconfig, o.context)
+	c, err := upgradeClient(a, o.kubeOptions)
 	if err != nil {
 		return err
 	}
@@ -130,7 +134,7 @@ func runUpgradeRetry(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(o.kubeconfig, o.context)
+	c, err := upgradeClient(a, o.kubeOptions)
 	if err != nil {
 		return err
 	}
@@ -172,7 +176,7 @@ func runUpgradeAbort(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(o.kubeconfig, o.context)
+	c, err := upgradeClient(a, o.kubeOptions)
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // upgradeStatusOptions are the flags and argument of `upgrade status`.
 type upgradeStatusOptions struct {
-	plan, output, kubeconfig, context string
+	plan, output string
+	kubeOptions
 	// namespace is the sequencer's, where the installed-version ConfigMap is.
 	namespace string
 	watch     bool
@@ -41,13 +43,13 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.SetOutput(a.stderr)
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	fset.StringVar(&o.output, "output", "text", "output `format`: text or json")
-	kubeFlags(fset, &o.kubeconfig, &o.context)
+	o.kubeOptions.flags(fset)
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version's ConfigMap is")
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME]")
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
 		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
 		fset.PrintDefaults()
 	}
@@ -67,7 +69,10 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if o.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
 	}
-	c, err := upgradeClient(o.kubeconfig, o.context)
+	if err := o.check(); err != nil {
+		return err
+	}
+	c, err := upgradeClient(a, o.kubeOptions)
 	if err != nil {
 		return err
 	}
@@ -100,6 +105,9 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 			return nil
 		}
 		v := planview.New(plan, upgradeNodes(ctx, a, c, &nodesWarned), now())
+		if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
+			v.Held.Command += " --all"
+		}
 		if in, err := sequencer.ReadInstalled(ctx, c, o.namespace); err == nil {
 			v.Installed = in.Version
 		} else if !installedWarned {
@@ -190,6 +198,11 @@ func followPlan(ctx context.Context, c client.WithWatch, plan *v1beta1.UpgradePl
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return nil
+			}
+			// The API server going away under the watch: the caller reads the plan again,
+			// waiting for it.
+			if _, ok := planctl.Transient(err); ok {
 				return nil
 			}
 			return fmt.Errorf("watch upgradeplan %s: %w", plan.Name, err)
