@@ -164,6 +164,8 @@ type Agent struct {
 	http        *http.Server
 
 	mirror *Mirror
+	// digests are what the verified ISOs' archives say the releases' images are (digests.go).
+	digests imageDigests
 
 	kube   client.WithWatch
 	plans  *instructions // nil without Kube
@@ -220,7 +222,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if deps.Mirror != nil {
 		v2 = deps.Mirror.Handler
 	}
-	a.http = newServer(routes(peers, a.board, step, a.server, v2))
+	a.http = newServer(routes(peers, a.board, step, &a.digests, a.server, v2))
 	if deps.Kube != nil {
 		a.plans = newInstructions()
 		w, err := report.NewWriter(deps.Kube, cfg.Node)
@@ -254,11 +256,11 @@ func newServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout, IdleTimeout: idleTimeout}
 }
 
-// routes returns the agent's HTTP handler: the peers' ISOs, the status, the node step's reports
-// and, for every other path, the repo's files. The step's route takes every method (and refuses
+// routes returns the agent's HTTP handler: the peers' ISOs, the status, the node step's reports,
+// the image digests of the ISOs it read (ImageDigestsPath) and, for every other path, the repo's files. The step's route takes every method (and refuses
 // all but POST itself), so that no request to it reaches the ISO's files, and it answers whether
 // or not the node serves an ISO. The release image registry, when there is one, has /v2/.
-func routes(peers, status, step, files, v2 http.Handler) http.Handler {
+func routes(peers, status, step, digests, files, v2 http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if v2 != nil {
 		mux.Handle("/v2/", v2)
@@ -266,6 +268,7 @@ func routes(peers, status, step, files, v2 http.Handler) http.Handler {
 	mux.Handle("/v1/iso/", peers)
 	mux.Handle("GET /v1/status", status)
 	mux.Handle(StepPath, step)
+	mux.Handle("GET "+ImageDigestsPath+"{sha512}", digests)
 	mux.Handle("/", files)
 	return repo.MergeSlashes(mux)
 }

@@ -29,6 +29,10 @@
 //   - holding the ISO (hold.go): a given ISO is held for good; an ISO a plan names is acquired,
 //     served, preloaded once the plan lists the node, and dropped from the cache once no plan holds
 //     it;
+//   - the release's image digests (digests.go): read from the verified ISO's archives beside the
+//     preload, kept in the cache, served at /v1/images/digests/{sha512} for the sequencer to record
+//     on the Version, and the mirror's pins (mirror.go): a tag is served only as what the
+//     release's archive says it is;
 //   - the node step's reports (step.go): POST /v1/step from the upgrade image's node Job, put on
 //     the board and written into the RepoNode's status.step;
 //   - the report loop (reporter): the RepoNode written at once on a change of state, and as a

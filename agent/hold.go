@@ -52,6 +52,7 @@ func (a *Agent) holdGiven(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = closer() }()
+	go a.readImages(ctx, path, sum.Hex())
 	if _, err := a.preloadWhenAllowed(ctx, path, sum.Hex()); err != nil {
 		return err
 	}
@@ -120,6 +121,7 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 			a.log.Error("open the ISO of an upgrade plan", "plan", in.Plan, "err", err)
 			a.board.failed(err.Error())
 		} else {
+			go a.readImages(hctx, path, hex)
 			rel, _ = a.preloadWhenAllowed(hctx, path, hex)
 			<-hctx.Done()
 			a.server.SetHandler(nil)
@@ -136,6 +138,7 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 	if installed {
 		a.clean(ctx, rel) // after the unpin: the earlier releases' images are unpinned by then
 	}
+	a.forgetDigests(hex)
 	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
 		a.log.Warn("drop the cached ISO", "sha512", hex, "err", err)
 	}
@@ -273,7 +276,6 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		}
 		defer f.Close()
 		rel = releaseName(fsys, hex)
-		a.listImages(fsys, rel)
 		a.archiveLists(rel, fs.FS(fsys))
 		sources := []preload.Source{preload.NewFSSource("iso", fsys)}
 		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel)}
@@ -285,7 +287,6 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		if _, _, err := p.Run(ctx, fs.FS(fsys)); err != nil && ctx.Err() == nil {
 			a.log.Error("preload images", "err", err)
 		}
-		a.pinImages(ctx, fs.FS(fsys), rel)
 		g, err := preload.NewGuard(a.images, sources, preload.GuardConfig{
 			Interval: a.cfg.ImageCheckInterval, OnRestore: a.board.restored, Log: a.log, Registerer: a.guardMetrics(),
 		}, opts...)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/idle"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/registry"
@@ -36,7 +37,10 @@ type Mirror struct {
 
 // listsDir is where, under the cache directory, the image lists the mirror serves are kept, so
 // that they outlive both the ISO and a restart of the agent.
-const listsDir = "mirror-lists"
+//
+// Lists kept before the pins came from the ISO (in mirror-lists) pinned what the node's store
+// held under each tag: they are not read.
+const listsDir = "mirror-pins"
 
 // serveMirror serves again the image lists kept by an earlier run, then the mirror on its own
 // listener until ctx ends.
@@ -64,8 +68,12 @@ func (a *Agent) serveMirror(ctx context.Context) error {
 	return nil
 }
 
-// listImages makes the mirror serve the images of release rel, whose ISO is fsys.
-func (a *Agent) listImages(fsys fs.FS, rel string) {
+// pinImages makes the mirror serve the images of release rel, whose verified ISO is fsys, each
+// pinned to what the release's own archive says it is (images, read from that ISO by
+// readImages): the mirror then serves its tag only as that image, from the node or from peers,
+// never as what the node's store or a peer holds under the tag. A listed image no archive names
+// stays listed without a pin (served from the node's store only, never a peer's).
+func (a *Agent) pinImages(fsys fs.FS, rel string, images []preload.ImageDigest) {
 	if a.mirror == nil {
 		return
 	}
@@ -74,35 +82,16 @@ func (a *Agent) listImages(fsys fs.FS, rel string) {
 		a.log.Warn("release image registry: read the release's image lists", "release", rel, "err", err)
 		return
 	}
-	a.setList(rel, refs)
-}
-
-// pinImages pins each image of release rel, whose verified ISO is fsys, to the digest the node's
-// store gives it once the preload put the release's images there from that ISO: the mirror then
-// serves the tag only as that digest, from the node or, by digest, from peers, never as what a
-// peer says the tag is. An image the store lacks stays listed without a pin (served from the
-// node's store only).
-func (a *Agent) pinImages(ctx context.Context, fsys fs.FS, rel string) {
-	content, ok := a.images.(registry.Content)
-	if a.mirror == nil || !ok {
-		return
-	}
-	refs, err := releaseRefs(fsys)
-	if err != nil {
-		a.log.Warn("release image registry: read the release's image lists", "release", rel, "err", err)
-		return
+	byRef := make(map[string]preload.ImageDigest, len(images))
+	for _, d := range images {
+		byRef[d.Ref] = d
 	}
 	pinned := 0
 	for i, ref := range refs {
-		d, err := content.Resolve(ctx, ref)
-		if err != nil {
-			if !errors.Is(err, registry.ErrNotFound) && ctx.Err() == nil {
-				a.log.Warn("release image registry: resolve a release image", "ref", ref, "err", err)
-			}
-			continue
+		if d, ok := byRef[ref]; ok && (d.Manifest != "" || d.Config != "") {
+			refs[i] = registry.Entry(ref, registry.Pin{Manifest: d.Manifest, Config: d.Config})
+			pinned++
 		}
-		refs[i] = registry.Pin(ref, d.Digest)
-		pinned++
 	}
 	a.setList(rel, refs)
 	a.log.Info("release image registry: images pinned", "release", rel, "pinned", pinned, "images", len(refs))
@@ -155,6 +144,18 @@ func (a *Agent) forgetImages(drop func(release string) bool) {
 	}
 }
 
+// lines returns the non-empty lines of s: the entries of a kept image list (an entry may hold a
+// space, before its config pin).
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // loadLists serves again the image lists kept by an earlier run.
 func (a *Agent) loadLists() {
 	if a.cfg.CacheDir == "" {
@@ -167,8 +168,18 @@ func (a *Agent) loadLists() {
 			a.log.Warn("release image registry: read a kept image list", "file", f, "err", err)
 			continue
 		}
-		a.mirror.Lists.Set(strings.TrimSuffix(filepath.Base(f), ".txt"), strings.Fields(string(p)))
+		a.mirror.Lists.Set(strings.TrimSuffix(filepath.Base(f), ".txt"), lines(string(p)))
 	}
+}
+
+// readISO reports whether the node read the image digests of the ISO of checksum itself.
+func (a *Agent) readISO(isoChecksum string) bool {
+	c, err := checksum.Parse(isoChecksum)
+	if err != nil {
+		return false
+	}
+	_, ok := a.digests.get(c.Hex())
+	return ok
 }
 
 // versionsEvery is how often an agent reads the cluster's Versions for the images its registry
@@ -200,7 +211,7 @@ func (a *Agent) followVersions(ctx context.Context, every time.Duration) {
 			a.log.Warn("release image registry: read the cluster's versions", "err", err)
 		}
 		if err == nil {
-			want := servedVersions(versions.Items, plans.Items)
+			want := servedVersions(versions.Items, plans.Items, a.readISO)
 			for name, refs := range want {
 				a.mirror.Lists.Set(clusterList(name), refs)
 				served[name] = true
@@ -220,9 +231,12 @@ func (a *Agent) followVersions(ctx context.Context, every time.Duration) {
 	}
 }
 
-// servedVersions returns, by Version name, the recorded images of the Versions the cluster runs
-// (Installed) or is upgrading to (named by a plan that has not ended).
-func servedVersions(versions []v1beta1.Version, plans []v1beta1.UpgradePlan) map[string][]string {
+// servedVersions returns, by Version name, the image list entries of the Versions the cluster
+// runs (Installed) or is upgrading to (named by a plan that has not ended): each recorded image,
+// pinned to the digests recorded for it, except on a node that read the Version's ISO itself
+// (own reports whether it did, by the ISO's checksum): there the node's own pins stand alone,
+// and the Version's images are listed without pins.
+func servedVersions(versions []v1beta1.Version, plans []v1beta1.UpgradePlan, own func(isoChecksum string) bool) map[string][]string {
 	target := map[string]bool{}
 	for _, p := range plans {
 		switch p.Status.Phase {
@@ -236,9 +250,20 @@ func servedVersions(versions []v1beta1.Version, plans []v1beta1.UpgradePlan) map
 		if len(v.Status.Images) == 0 {
 			continue
 		}
-		if target[v.Name] || meta.IsStatusConditionTrue(v.Status.Conditions, v1beta1.VersionInstalled) {
-			out[v.Name] = v.Status.Images
+		if !target[v.Name] && !meta.IsStatusConditionTrue(v.Status.Conditions, v1beta1.VersionInstalled) {
+			continue
 		}
+		pins := map[string]registry.Pin{}
+		if own == nil || !own(v.Spec.ISOChecksum) {
+			for _, d := range v.Status.ImageDigests {
+				pins[d.Ref] = registry.Pin{Manifest: d.Manifest, Config: d.Config}
+			}
+		}
+		entries := make([]string, 0, len(v.Status.Images))
+		for _, ref := range v.Status.Images {
+			entries = append(entries, registry.Entry(ref, pins[ref]))
+		}
+		out[v.Name] = entries
 	}
 	return out
 }

@@ -45,7 +45,7 @@ func TestServedVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, servedVersions(tt.versions, tt.plans))
+			require.Equal(t, tt.want, servedVersions(tt.versions, tt.plans, nil))
 		})
 	}
 }

@@ -145,7 +145,7 @@ func TestRoutes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := NewBoard("n1", nil)
-			h := routes(named("peers"), named("status"), newStepHandler(b, time.Unix(1000, 0)), files, nil)
+			h := routes(named("peers"), named("status"), newStepHandler(b, time.Unix(1000, 0)), named("digests"), files, nil)
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, stepRequest(tc.method, tc.path, tc.body))
 			require.Equal(t, tc.code, rec.Code, rec.Body.String())
