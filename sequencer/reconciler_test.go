@@ -84,6 +84,12 @@ func releaseServer(t *testing.T, harvester string) string {
 		case "/v1/images":
 			_, _ = w.Write([]byte(`[{"ref":"docker.io/rancher/harvester:` + harvester + `","group":"common"},{"ref":"docker.io/rancher/rke2-runtime:v1.33.3-rke2r1","group":"rke2"}]`))
 		default:
+			if strings.HasPrefix(r.URL.Path, "/v1/images/digests/") {
+				// What an agent read from the ISO's archives; an image no list names is not recorded.
+				_, _ = w.Write([]byte(`[{"ref":"docker.io/rancher/harvester:` + harvester + `","config":"sha256:` + strings.Repeat("a", 64) + `"},` +
+					`{"ref":"docker.io/rancher/unlisted:1","config":"sha256:` + strings.Repeat("b", 64) + `"}]`))
+				return
+			}
 			http.NotFound(w, r)
 		}
 	}))

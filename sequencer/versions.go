@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
@@ -178,9 +179,11 @@ func (r *Reconciler) recordInstalledVersions(ctx context.Context, plan *v1beta1.
 }
 
 // recordImages reads the release's images through the repo and records them on the plan's
-// Version, for the agents' registries. It never holds the plan up: a repo that does not list the
-// images is logged and leaves the Version as it was (each node still serves what it preloaded).
-// A missing Version is no error: the plan keeps its snapshot.
+// Version, for the agents' registries, with what the verified ISO's archives say they are (read
+// by the agent that answers, for the Version's ISO) once an agent has read them. It never holds
+// the plan up: a repo that does not list the images is logged and leaves the Version as it was
+// (each node still serves what it preloaded), and digests no agent has read yet are recorded at
+// a later call. A missing Version is no error: the plan keeps its snapshot.
 func (r *Reconciler) recordImages(ctx context.Context, plan *v1beta1.UpgradePlan) error {
 	refs, err := repoclient.FetchImages(ctx, r.http, r.repoURL)
 	if err != nil {
@@ -194,10 +197,23 @@ func (r *Reconciler) recordImages(ctx context.Context, plan *v1beta1.UpgradePlan
 		}
 		return fmt.Errorf("get version %s: %w", plan.Spec.Version, err)
 	}
-	if slices.Equal(v.Status.Images, refs) {
+	digests := v.Status.ImageDigests
+	if sum, err := checksum.Parse(v.Spec.ISOChecksum); err == nil {
+		if got, err := repoclient.FetchImageDigests(ctx, r.http, r.repoURL, sum.Hex()); err != nil {
+			r.log.Info("the release's image digests are not read yet", "plan", plan.Name, "version", v.Name, "err", err)
+		} else {
+			digests = digests[:0:0]
+			for _, d := range got {
+				if _, ok := slices.BinarySearch(refs, d.Ref); ok {
+					digests = append(digests, v1beta1.ImageDigest{Ref: d.Ref, Config: d.Config, Manifest: d.Manifest})
+				}
+			}
+		}
+	}
+	if slices.Equal(v.Status.Images, refs) && slices.Equal(v.Status.ImageDigests, digests) {
 		return nil
 	}
-	v.Status.Images = refs
+	v.Status.Images, v.Status.ImageDigests = refs, digests
 	if err := r.c.Status().Update(ctx, &v); err != nil {
 		return fmt.Errorf("update status of version %s: %w", v.Name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,4 +238,6 @@ func TestReconcileUpgradeDesignTestPlan(t *testing.T) {
 	// The release's images, read through the repo, are on the Version for the agents' registries.
 	require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Name: v.Name}, &v))
 	require.Equal(t, []string{"docker.io/rancher/harvester:v1.5.2", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1"}, v.Status.Images)
+	// With what an agent read from the ISO's archives: the digests the registries pin tags to.
+	require.Equal(t, []v1beta1.ImageDigest{{Ref: "docker.io/rancher/harvester:v1.5.2", Config: "sha256:" + strings.Repeat("a", 64)}}, v.Status.ImageDigests)
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -122,6 +123,42 @@ func FetchImages(ctx context.Context, hc *http.Client, base string) ([]string, e
 	slices.Sort(refs)
 	return slices.Compact(refs), nil
 }
+
+// ImageDigestsPath is an agent's route, followed by an ISO's sha512 in hex, for what the archives
+// of that verified ISO say the release's images are.
+const ImageDigestsPath = "/v1/images/digests/"
+
+// ImageDigest is one element of an agent's answer at ImageDigestsPath: an image's reference, the
+// digest of its config and, where the archive is an OCI layout, of its manifest or index.
+type ImageDigest struct {
+	Ref      string `json:"ref"`
+	Config   string `json:"config,omitempty"`
+	Manifest string `json:"manifest,omitempty"`
+}
+
+// FetchImageDigests reads GET base/v1/images/digests/<hex> from an agent: what the archives of the
+// ISO whose sha512 is hex say the release's images are, sorted by reference, each digest a sha256
+// one. hc is http.DefaultClient when nil. An agent that has not read that ISO answers 404.
+func FetchImageDigests(ctx context.Context, hc *http.Client, base, hex string) ([]ImageDigest, error) {
+	u := strings.TrimRight(base, "/") + ImageDigestsPath + hex
+	data, err := get(ctx, hc, u)
+	if err != nil {
+		return nil, err
+	}
+	var docs []ImageDigest
+	if err := json.Unmarshal(data, &docs); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", redact.URL(u), err)
+	}
+	for _, d := range docs {
+		if d.Ref == "" || !digestRE.MatchString(d.Config) && d.Config != "" || !digestRE.MatchString(d.Manifest) && d.Manifest != "" {
+			return nil, fmt.Errorf("decode %s: image %q: a reference and sha256 digests are required", redact.URL(u), d.Ref)
+		}
+	}
+	slices.SortFunc(docs, func(a, b ImageDigest) int { return strings.Compare(a.Ref, b.Ref) })
+	return docs, nil
+}
+
+var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
 func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 	if hc == nil {
