@@ -73,6 +73,9 @@ type Action struct {
 	Node string
 	// Pod names the pod of ActionDeletePod, in the sequencer's namespace.
 	Pod string
+	// Window is the rollback ActionRecordRollbackWindow records on the plan's Version; nil
+	// clears what the plan recorded.
+	Window *v1beta1.VersionRollback
 }
 
 // Event is a Kubernetes event to record on the plan.
@@ -112,7 +115,10 @@ func Decide(cfg Config, o Observation) Decision {
 	case "":
 		d.enter(v1beta1.PhaseInitializing)
 	case v1beta1.PhaseInitializing:
-		d.initialize()
+		if !d.refuseRollback() {
+			d.initialize()
+			d.rollbackNotes()
+		}
 	case v1beta1.PhaseISODownloading:
 		d.isoDownloading()
 	case v1beta1.PhaseRepoCreating:
@@ -140,12 +146,14 @@ func Decide(cfg Config, o Observation) Decision {
 	case v1beta1.PhaseCleaningUp:
 		d.out.Actions = append(d.out.Actions, Action{Kind: ActionCleanUp}, Action{Kind: ActionRecordInstalled})
 		d.releaseAgents()
+		d.startSoak()
 		d.enter(v1beta1.PhaseCleanedUp)
 	case v1beta1.PhaseCleanedUp:
 		d.enter(v1beta1.PhaseSucceeded)
 	case v1beta1.PhaseFailed:
 		d.retry()
 	case v1beta1.PhaseSucceeded:
+		d.soaking()
 	default:
 		if next, ok := nextAfter(p); ok {
 			d.enter(next)
@@ -157,6 +165,7 @@ func Decide(cfg Config, o Observation) Decision {
 		d.recordVersions()
 		d.markSkipped(s)
 	}
+	d.firstNodeFailure()
 	return d.out
 }
 

@@ -285,23 +285,9 @@ func (d *decider) nodeUpgrading() {
 		}
 	}
 
-	// Start new nodes: the control plane one at a time, then the others.
-	held := d.startNodes(r, cp, 1)
-	cpDone := true
-	for _, n := range cp {
-		cpDone = cpDone && d.rule(n).done
-	}
-	if cpDone {
-		held = append(held, d.startNodes(r, others, nodeConcurrency(d.o.Plan))...)
-	} else {
-		for _, n := range others {
-			if rule := d.rule(n); !rule.done && !rule.inFlight {
-				d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
-					s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForControlPlane", ""
-				})
-			}
-		}
-	}
+	// Start new nodes: the control plane one at a time, then the others (a rollback: the
+	// others first).
+	held := d.startInOrder(r, cp, others)
 
 	upgraded := 0
 	for _, n := range d.o.Nodes {

@@ -132,7 +132,8 @@ func (d *decider) versionMismatches() []string {
 				out = append(out, fmt.Sprintf("node %s: %s runs %s, want tag %s", name, c, img, d.st.ReleaseMetadata.Kubernetes))
 			}
 		}
-		if want := d.st.ReleaseMetadata.Etcd; want != "" {
+		// kubeadm does not downgrade etcd: a rollback keeps the newer one (its status says so).
+		if want := d.st.ReleaseMetadata.Etcd; want != "" && d.o.Plan.Spec.Rollback == nil {
 			if img, ok := images["etcd"]; ok && imageTag(img) != want {
 				out = append(out, fmt.Sprintf("node %s: etcd runs %s, want tag %s", name, img, want))
 			}

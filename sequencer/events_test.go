@@ -70,6 +70,7 @@ func TestReconcileEventsTellTheStory(t *testing.T) {
 		"Normal NodeRejoined node w-1 rejoined: Ready, schedulable, its agent serving; upgraded",
 		"Normal NodeUpgraded phase NodeUpgrading ended after 10s",
 		"Normal CleaningUp phase CleaningUp began",
+		"Normal SoakNothingKept nothing kept for a rollback: no Version named v1.5.2: its ISO is not known",
 		"Normal CleanedUp phase CleaningUp ended after 1s",
 		"Normal Succeeded the plan succeeded: version v1.6.0 is installed",
 	}

@@ -166,6 +166,8 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 		{Name: "UPGRADE_ATTEMPT", Value: strconv.Itoa(plan.Status.Retries)},
 		{Name: "HARVESTER_UPGRADE_NAME", Value: plan.Name},
 		{Name: "UPGRADE_FORCE", Value: strconv.FormatBool(plan.Spec.Force)},
+		// A rollback's node step downgrades within one minor version, which it refuses otherwise.
+		{Name: "UPGRADE_ROLLBACK", Value: strconv.FormatBool(plan.Spec.Rollback != nil)},
 	}
 	if m := plan.Status.ReleaseMetadata; m != nil {
 		env = append(env,

@@ -113,6 +113,15 @@ type Observation struct {
 	// PodDisruptionBudget refused. Only the drain itself can find out: the Reconciler fills it
 	// in after applying a decision's drains, and decides again.
 	DrainBlocked map[string][]string
+	// PreviousVersion is the Version the plan upgraded from (status.previousVersion), nil when
+	// it does not exist. Only in CleaningUp, where the soak keeps its ISO.
+	PreviousVersion *v1beta1.Version
+	// Rollbacks are the plans that roll this one back (their spec.rollback names it). Only in
+	// Succeeded, while the soak lasts.
+	Rollbacks []RollbackState
+	// RollbackOf is, for a rollback, the plan it rolls back; nil when it does not exist. Only
+	// in Initializing.
+	RollbackOf *v1beta1.UpgradePlan
 	// Compat is true when compatibility mode publishes the plan's repo under a name derived
 	// from the plan's (CompatName), which must then be a DNS label.
 	Compat bool

@@ -80,6 +80,9 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	case v1beta1.PhaseMetadataPopulating:
 		o.Release, o.ReleaseErr = repoclient.Fetch(ctx, r.http, r.repoURL)
 	}
+	if err := r.observeSoak(ctx, plan, &o); err != nil {
+		return o, err
+	}
 	var jobs batchv1.JobList
 	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}); err != nil {
 		return o, fmt.Errorf("list jobs: %w", err)

@@ -25,6 +25,8 @@ func (d *decider) policyInput(rel *release.Release) policy.Input {
 		Force:           p.Spec.Force,
 		AllowPrerelease: p.Spec.AllowPrerelease,
 		ReleaseUnknown:  rel == nil,
+		// The downgrade of a rollback, checked against the plan it rolls back (JudgeRollback).
+		Rollback: p.Spec.Rollback != nil,
 	}
 	if d.st.PreviousVersion != "" {
 		// Once started, the plan judges against the version it started from.

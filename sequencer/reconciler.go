@@ -231,7 +231,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.c.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if finished(plan.Status.Phase) && !retryAsked(&plan) {
+	if finished(plan.Status.Phase) && !retryAsked(&plan) && !soakWatched(&plan) {
 		return reconcile.Result{}, nil
 	}
 	log := r.log.With("plan", plan.Name)
@@ -341,6 +341,8 @@ func (r *Reconciler) apply(ctx context.Context, plan *v1beta1.UpgradePlan, o Obs
 		return nil, r.recordDownloaded(ctx, plan, len(o.Nodes))
 	case ActionRecordImages:
 		return nil, r.recordImages(ctx, plan)
+	case ActionRecordRollbackWindow:
+		return nil, r.recordRollbackWindow(ctx, plan, a.Window)
 	}
 	return nil, fmt.Errorf("unknown action %q", a.Kind)
 }
