@@ -303,6 +303,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { watchPlans(wctx, a.kube, a.cfg.Node, a.plans); return nil })
 		g.Go(func() error { a.report.run(gctx); return nil })
 		g.Go(func() error { a.followVersions(gctx, versionsEvery); return nil })
+		if a.store != nil && a.fetch != nil {
+			g.Go(func() error { a.keepPrevious(gctx); return nil })
+		}
 	}
 	g.Go(func() error {
 		if a.cfg.ISOFile == "" && a.cfg.ISOURL == "" {

@@ -135,8 +135,19 @@ func (a *Agent) holdPlanned(ctx context.Context, in report.Instruction, hex stri
 	a.log.Info("no plan holds the ISO any more, dropping it", "plan", in.Plan, "sha512", hex)
 	installed := a.installed(hex) || seen.installed.Load()
 	a.unpin(ctx, rel, installed, seen.failed.Load())
-	if installed {
+	keep := a.kept()
+	switch {
+	case installed && len(keep) > 0:
+		// A soak keeps the previous release for a rollback: its cleanup waits for the soak's
+		// end (keepPrevious).
+		a.log.Info("the previous release is kept for a rollback: its cleanup waits for the soak's end", "release", rel)
+	case installed:
 		a.clean(ctx, rel) // after the unpin: the earlier releases' images are unpinned by then
+	}
+	if keptISO(keep, hex) {
+		// A rollback's ISO is the one a soak keeps: it stays in the cache.
+		a.board.reset()
+		return
 	}
 	a.forgetDigests(hex)
 	if err := a.store.Remove(hex, true); err != nil && !errors.Is(err, peer.ErrNotFound) {
@@ -339,7 +350,9 @@ func (a *Agent) unpin(ctx context.Context, rel string, installed, failed bool) {
 	}
 	drop := func(r string) bool { return r == rel }
 	if installed {
-		drop = func(r string) bool { return r != rel }
+		// Every other release's claim goes, but a release a soak keeps for a rollback.
+		keep := a.kept()
+		drop = func(r string) bool { return r != rel && !keptRelease(keep, r) }
 	}
 	a.forgetImages(drop)
 	n, err := pinner.Unpin(ctx, drop)

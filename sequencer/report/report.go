@@ -124,6 +124,23 @@ type Instruction struct {
 	// with Installed, what lets an agent tell, once a plan is gone, whether its release was
 	// installed, abandoned, or neither as far as it saw.
 	Failed []string
+	// Keep lists, by checksum, the previous releases that soaking plans keep for a rollback
+	// (status.soak): the agent keeps their ISOs in its cache (getting one it lacks from peers
+	// first) and their images pinned, and cleans no earlier release up while any is listed.
+	Keep []Kept
+	// CleanFor names the release whose earlier releases the agent cleans up now: the release of
+	// the newest Succeeded plan, once its soak ended (Expired or Finalized) and no plan is in
+	// flight or soaking; empty otherwise. A soak ended by a rollback names none: the release
+	// rolled back to is the one that runs.
+	CleanFor string
+}
+
+// Kept is a previous release a soaking plan keeps.
+type Kept struct {
+	// Release is the release's version, the name its images are pinned for.
+	Release string
+	// ISOURL and ISOChecksum name its ISO.
+	ISOURL, ISOChecksum string
 }
 
 // installedBy reports whether a plan in phase p has installed its release: every node runs it
@@ -164,6 +181,7 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 		return strings.Compare(a.Name, b.Name)
 	})
 	var in Instruction
+	in.Keep, in.CleanFor = soaks(plans)
 	for _, p := range plans {
 		a := p.Status.Agents
 		if a != nil && a.ISOChecksum != "" && installedBy(p.Status.Phase) {
@@ -191,4 +209,36 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	slices.Sort(in.Failed)
 	in.Failed = slices.Compact(in.Failed)
 	return in
+}
+
+// soaks returns the previous releases the soaking plans keep and, when nothing is kept or in
+// flight, the release to clean up for: that of the newest Succeeded plan whose soak ended by
+// expiry or by the operator.
+func soaks(plans []v1beta1.UpgradePlan) ([]Kept, string) {
+	var keep []Kept
+	var newest *v1beta1.UpgradePlan
+	busy := false
+	for i := range plans {
+		p := &plans[i]
+		s := p.Status.Soak
+		switch {
+		case s != nil && s.Ended == nil && s.ISOChecksum != "":
+			keep = append(keep, Kept{Release: s.PreviousVersion, ISOURL: s.ISOURL, ISOChecksum: s.ISOChecksum})
+		case p.Status.Phase != v1beta1.PhaseSucceeded && p.Status.Phase != v1beta1.PhaseFailed:
+			busy = true
+		}
+		if p.Status.Phase == v1beta1.PhaseSucceeded && (newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp)) {
+			newest = p
+		}
+	}
+	slices.SortFunc(keep, func(a, b Kept) int { return strings.Compare(a.ISOChecksum, b.ISOChecksum) })
+	keep = slices.CompactFunc(keep, func(a, b Kept) bool { return a.ISOChecksum == b.ISOChecksum })
+	if busy || len(keep) > 0 || newest == nil || newest.Status.Soak == nil {
+		return keep, ""
+	}
+	switch newest.Status.Soak.EndReason {
+	case v1beta1.SoakExpired, v1beta1.SoakFinalized:
+		return keep, newest.Spec.Version
+	}
+	return keep, ""
 }
