@@ -51,6 +51,9 @@ type Env struct {
 	RepoURL string
 	// Force is UPGRADE_FORCE: the plan asks to go past the checks that can be skipped.
 	Force bool
+	// Rollback is UPGRADE_ROLLBACK: the plan rolls an upgrade back, a patch downgrade within
+	// one minor version that the step would refuse otherwise.
+	Rollback bool
 	// Kubernetes is UPGRADE_RELEASE_KUBERNETES: the release's Kubernetes version, once the
 	// sequencer has read the release's metadata.
 	Kubernetes string
@@ -71,7 +74,8 @@ const TokenPath = "/var/run/secrets/upgrade-repo/step/token"
 // EnvFrom reads Env through getenv (os.Getenv in cmd).
 func EnvFrom(getenv func(string) string) Env {
 	force, _ := strconv.ParseBool(getenv("UPGRADE_FORCE")) // anything but a true value is false
-	return Env{
+	rollback, _ := strconv.ParseBool(getenv("UPGRADE_ROLLBACK"))
+	return Env{Rollback: rollback,
 		Step: getenv("UPGRADE_STEP"), Node: getenv("UPGRADE_NODE_NAME"), Plan: getenv("UPGRADE_PLAN"), RepoURL: getenv("UPGRADE_REPO_URL"),
 		Force: force, Kubernetes: getenv("UPGRADE_RELEASE_KUBERNETES"), TokenFile: getenv("UPGRADE_STEP_TOKEN_FILE"),
 	}

@@ -66,7 +66,7 @@ func runStep(ctx context.Context, a *app, args []string) error {
 	}
 	log := a.log.With("step", "kubeadm", "plan", env.Plan)
 	s := &kubeadm.Step{
-		Node: env.Node, Target: *target, Force: env.Force, Root: *root,
+		Node: env.Node, Target: *target, Force: env.Force, Rollback: env.Rollback, Root: *root,
 		Host: kubeadm.NodeHost{Root: *root}, Cluster: kubeadm.KubeCluster{Client: cs},
 		Fetch:  &nodestep.Fetcher{HTTP: hc, RepoURL: env.RepoURL},
 		Report: &nodestep.Reporter{RepoURL: env.RepoURL, Plan: env.Plan, Log: log, TokenFile: env.TokenFile},

@@ -76,6 +76,10 @@ type Step struct {
 	Target string
 	// Force lets a skippable refusal through with a warning, and is passed to kubeadm.
 	Force bool
+	// Rollback says the plan rolls an upgrade back: a downgrade within one minor version is
+	// allowed (kubeadm upgrade apply --force on the first control plane, the previous release's
+	// kubelet everywhere) and nothing else.
+	Rollback bool
 	// Root is where the node's / is seen (/host).
 	Root string
 	// Host runs kubeadm and systemctl on the node.
@@ -133,6 +137,8 @@ type Facts struct {
 	APIServer string
 	// Force lets skippable refusals through.
 	Force bool
+	// Rollback allows a downgrade within one minor version, and only that (DecideRollback).
+	Rollback bool
 }
 
 // Decide says what the node needs, or why the upgrade is refused (an error wrapping
@@ -140,6 +146,9 @@ type Facts struct {
 // policy for an upgrade: never a downgrade, at most one minor version at a time, the kubelets
 // never newer than the control plane.
 func Decide(f Facts) (Action, []string, error) {
+	if f.Rollback {
+		return DecideRollback(f)
+	}
 	target, err := version.ParseGeneric(f.Target)
 	if err != nil {
 		return 0, nil, fmt.Errorf("release's Kubernetes version %q: %w", f.Target, err)
@@ -244,7 +253,8 @@ func (s *Step) Run(ctx context.Context) error {
 			return err
 		}
 		args := []string{"upgrade", "apply", s.Target, "--yes"}
-		if s.Force {
+		if s.Force || s.Rollback {
+			// kubeadm refuses a downgrade without --force; DecideRollback allowed only a patch.
 			args = append(args, "--force")
 		}
 		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], args...); err != nil {
@@ -285,7 +295,7 @@ func (s *Step) Run(ctx context.Context) error {
 
 // facts gathers Decide's input, retrying the API server through a restart.
 func (s *Step) facts(ctx context.Context) (Facts, error) {
-	f := Facts{Target: s.Target, Force: s.Force}
+	f := Facts{Target: s.Target, Force: s.Force, Rollback: s.Rollback}
 	err := s.retry(ctx, "read the node and the control plane's version", func() error {
 		n, err := s.Cluster.Node(ctx, s.Node)
 		if err != nil {
