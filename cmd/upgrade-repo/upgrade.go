@@ -19,14 +19,16 @@ import (
 // upgradeVerbs lists the verbs of `upgrade`, each a command of its own.
 func upgradeVerbs() map[string]command {
 	return map[string]command{
-		"apply":  {"judge, create and follow an upgrade from a release ISO's URL and checksum", runUpgradeApply},
-		"status": {"show an UpgradePlan's phase and its nodes; -w follows it until it ends", runUpgradeStatus},
-		"pause":  {"start no new node: every node not yet upgraded into spec.nodeUpgradeOption.pauseNodes", runUpgradePause},
-		"resume": {"take the nodes pause added out of pauseNodes again (--all: every node)", runUpgradeResume},
-		"retry":  {"resume a Failed UpgradePlan from the phase that failed", runUpgradeRetry},
-		"abort":  {"delete an UpgradePlan and say what it leaves (cordoned nodes, interrupted steps)", runUpgradeAbort},
-		"skip":   {"give up on nodes of the plan in flight: into spec.nodeUpgradeOption.skipNodes, they stay at their version", runUpgradeSkip},
-		"node":   {"upgrade one node alone (a node skipped before) to the last Succeeded plan's Version, or --version", runUpgradeNode},
+		"apply":    {"judge, create and follow an upgrade from a release ISO's URL and checksum", runUpgradeApply},
+		"status":   {"show an UpgradePlan's phase and its nodes; -w follows it until it ends", runUpgradeStatus},
+		"pause":    {"start no new node: every node not yet upgraded into spec.nodeUpgradeOption.pauseNodes", runUpgradePause},
+		"resume":   {"take the nodes pause added out of pauseNodes again (--all: every node)", runUpgradeResume},
+		"retry":    {"resume a Failed UpgradePlan from the phase that failed", runUpgradeRetry},
+		"rollback": {"roll a Succeeded plan's patch upgrade back to the release its soak keeps (no download, no pull)", runUpgradeRollback},
+		"finalize": {"end a Succeeded plan's soak: no rollback from then on, the previous release is cleaned up", runUpgradeFinalize},
+		"abort":    {"delete an UpgradePlan and say what it leaves (cordoned nodes, interrupted steps)", runUpgradeAbort},
+		"skip":     {"give up on nodes of the plan in flight: into spec.nodeUpgradeOption.skipNodes, they stay at their version", runUpgradeSkip},
+		"node":     {"upgrade one node alone (a node skipped before) to the last Succeeded plan's Version, or --version", runUpgradeNode},
 	}
 }
 

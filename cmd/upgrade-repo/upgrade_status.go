@@ -18,6 +18,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
+	"github.com/upgrade-repo/upgrade-repo/printable"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -129,7 +130,15 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 		case first:
 			// The whole table once; a watch goes on with one line per change.
 			live.Lines(v)
-			return planview.WriteText(a.stdout, v)
+			if err := planview.WriteText(a.stdout, v); err != nil {
+				return err
+			}
+			if l := soakLine(plan, now()); l != "" {
+				if _, err := fmt.Fprintln(a.stdout, printable.String(l)); err != nil {
+					return fmt.Errorf("write plan %s: %w", plan.Name, err)
+				}
+			}
+			return nil
 		}
 		for _, l := range live.Lines(v) {
 			if _, err := fmt.Fprintln(a.stdout, l); err != nil {
