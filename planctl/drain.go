@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -22,13 +23,13 @@ type NodeDrain struct {
 	Pods []string
 }
 
-// DrainPreview lists the nodes in the order the sequencer upgrades them (sequencer.NodeOrder),
-// each with the pods its drain would evict now. Like the sequencer's drain it leaves mirror pods,
+// DrainPreview lists the nodes plan p works on (every node when p is nil) in the order the
+// sequencer upgrades them (sequencer.PlanNodes, sequencer.NodeOrder), each with the pods its drain would evict now. Like the sequencer's drain it leaves mirror pods,
 // DaemonSet pods and finished pods, and in the sequencer's namespace the pods keep matches (the
 // sequencer's own replicas; the chart passes it the same selector as --keep-pods). Every node is
 // cordoned and drained in turn by the Job executor, the default; a node with no pod to evict is
 // only cordoned.
-func DrainPreview(ctx context.Context, c client.Reader, namespace string, keep labels.Selector) ([]NodeDrain, error) {
+func DrainPreview(ctx context.Context, c client.Reader, p *v1beta1.UpgradePlan, namespace string, keep labels.Selector) ([]NodeDrain, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -45,7 +46,7 @@ func DrainPreview(ctx context.Context, c client.Reader, namespace string, keep l
 		}
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p.Namespace+"/"+p.Name)
 	}
-	cp, others := sequencer.NodeOrder(nodes.Items)
+	cp, others := sequencer.NodeOrder(sequencer.PlanNodes(p, sequencer.NodeInfos(nodes.Items)))
 	out := make([]NodeDrain, 0, len(nodes.Items))
 	for i, name := range append(cp, others...) {
 		ps := byNode[name]

@@ -20,7 +20,7 @@ func (r *Reconciler) cleanUp(ctx context.Context, plan *v1beta1.UpgradePlan) err
 	if err := r.c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}, bg); err != nil {
 		return fmt.Errorf("delete jobs: %w", err)
 	}
-	if executor(plan) == v1beta1.ExecutorSystemUpgradeController {
+	if plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController {
 		for _, name := range []string{suc.ServerPlanName(plan.Name), suc.AgentPlanName(plan.Name)} {
 			var p unstructured.Unstructured
 			p.SetGroupVersionKind(suc.PlanGVK)

@@ -93,6 +93,10 @@ type Decision struct {
 	Actions      []Action
 	Events       []Event
 	RequeueAfter time.Duration
+	// Judgement is how the plan was judged (Judge), when this decision judged it: in
+	// Initializing and MetadataPopulating, once the release is known to be the plan's; nil
+	// otherwise.
+	Judgement *Judgement
 }
 
 // Decide computes the next step of o.Plan. It is a pure function: the same observation gives the
@@ -136,7 +140,7 @@ func Decide(cfg Config, o Observation) Decision {
 	case v1beta1.PhaseClusterUpgrading:
 		d.clusterUpgrading()
 	case v1beta1.PhaseNodeUpgrading:
-		if executor(o.Plan) == v1beta1.ExecutorSystemUpgradeController {
+		if o.Plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController {
 			d.sucUpgrading()
 		} else {
 			d.nodeUpgrading()
@@ -451,31 +455,6 @@ func approved(p *v1beta1.UpgradePlan, item string) bool {
 		}
 	}
 	return false
-}
-
-func executor(p *v1beta1.UpgradePlan) v1beta1.Executor {
-	if o := p.Spec.NodeUpgradeOption; o != nil && o.Executor != "" {
-		return o.Executor
-	}
-	return v1beta1.ExecutorJob
-}
-
-func orderedGroups(nodes []NodeInfo) (cp, others []string) {
-	for _, n := range nodes {
-		if n.ControlPlane {
-			cp = append(cp, n.Name)
-		} else {
-			others = append(others, n.Name)
-		}
-	}
-	slices.Sort(cp)
-	slices.Sort(others)
-	return cp, others
-}
-
-func orderedNames(nodes []NodeInfo) []string {
-	cp, others := orderedGroups(nodes)
-	return append(cp, others...)
 }
 
 func percent(done, total int64) string {

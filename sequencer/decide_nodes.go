@@ -272,7 +272,7 @@ func (d *decider) nodeUpgrading() {
 	for _, n := range d.o.Nodes {
 		info[n.Name] = n
 	}
-	cp, others := orderedGroups(d.o.Nodes)
+	cp, others := NodeOrder(d.o.Nodes)
 	r := &nodeRound{info: info}
 
 	// Move the nodes in flight along.

@@ -85,7 +85,7 @@ func (d *decider) metadataPopulating() {
 		d.fail("ReleaseMismatch", fmt.Sprintf("the ISO holds release %s, the plan wants %s", r.Harvester, d.o.Plan.Spec.Version))
 		return
 	}
-	if !d.judge(d.policyInput(d.o.Release)) {
+	if !d.judge(d.o.Release) {
 		return
 	}
 	d.st.ReleaseMetadata = &v1beta1.ReleaseMetadata{

@@ -103,7 +103,7 @@ func inFlight(plans []v1beta1.UpgradePlan, self string) []string {
 	var out []string
 	for i := range plans {
 		p := &plans[i]
-		if p.Name == self || finished(p.Status.Phase) {
+		if p.Name == self || p.Status.Phase.Finished() {
 			continue
 		}
 		starting := p.Status.Phase == "" || p.Status.Phase == v1beta1.PhaseInitializing
@@ -121,8 +121,4 @@ func olderThan(a, b *v1beta1.UpgradePlan) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
-}
-
-func finished(p v1beta1.Phase) bool {
-	return p == v1beta1.PhaseSucceeded || p == v1beta1.PhaseFailed
 }

@@ -30,18 +30,12 @@ import (
 // pods of a node to drain only while that node is being drained, and the control-plane pods only
 // in NodeUpgrading and NodeUpgraded.
 func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
-	o := Observation{Now: r.now(), Plan: plan, UpgradeImage: r.upgradeImage(plan), Compat: r.compat.namespace != ""}
 	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
 	if err != nil {
-		return o, err
+		return Observation{Now: r.now(), Plan: plan}, err
 	}
-	o.Version, o.Installed, o.PlansInFlight = f.Version, f.Installed, f.PlansInFlight
-	for i := range f.Nodes {
-		n := &f.Nodes[i]
-		o.Nodes = append(o.Nodes, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
-			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion,
-			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n)})
-	}
+	o := NewObservation(r.now(), plan, f)
+	o.UpgradeImage, o.Compat = r.upgradeImage(plan), r.compat.namespace != ""
 	var rns v1beta1.RepoNodeList
 	if err := r.c.List(ctx, &rns); err != nil {
 		return o, fmt.Errorf("list repo nodes: %w", err)
@@ -112,7 +106,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		}
 	}
 	if plan.Status.Phase == v1beta1.PhaseNodeUpgrading {
-		if executor(plan) == v1beta1.ExecutorSystemUpgradeController {
+		if plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController {
 			var list unstructured.UnstructuredList
 			list.SetGroupVersionKind(suc.PlanListGVK)
 			if err := r.c.List(ctx, &list, client.InNamespace(r.sucNamespace), client.MatchingLabels{suc.PlanLabel: plan.Name}); err != nil {
@@ -159,7 +153,6 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			}
 		}
 	}
-	o.KubernetesVersion = f.KubernetesVersion
 	return o, nil
 }
 

@@ -1,7 +1,6 @@
 package sequencer
 
 import (
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,19 +63,4 @@ func notReadySince(n *corev1.Node) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// NodeOrder returns the order nodes are upgraded in: control-plane nodes first, then the others,
-// each group by name.
-func NodeOrder(nodes []corev1.Node) (controlPlane, others []string) {
-	for i := range nodes {
-		if IsControlPlane(&nodes[i]) {
-			controlPlane = append(controlPlane, nodes[i].Name)
-		} else {
-			others = append(others, nodes[i].Name)
-		}
-	}
-	slices.Sort(controlPlane)
-	slices.Sort(others)
-	return controlPlane, others
 }

@@ -10,42 +10,9 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/planview"
-	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
-
-func (d *decider) policyInput(rel *release.Release) policy.Input {
-	p := d.o.Plan
-	in := policy.Input{
-		Current:         d.o.Installed.Version,
-		Target:          p.Spec.Version,
-		VersionExists:   d.o.Version != nil,
-		PlansInFlight:   d.o.PlansInFlight,
-		Force:           p.Spec.Force,
-		AllowPrerelease: p.Spec.AllowPrerelease,
-		ReleaseUnknown:  rel == nil,
-		// The downgrade of a rollback, checked against the plan it rolls back (JudgeRollback).
-		Rollback: p.Spec.Rollback != nil,
-	}
-	if d.st.PreviousVersion != "" {
-		// Once started, the plan judges against the version it started from.
-		in.Current = d.st.PreviousVersion
-	}
-	in.KubernetesCurrent = d.o.KubernetesVersion
-	in.Kubelets = map[string]string{}
-	for _, n := range d.o.Nodes {
-		if !n.Ready {
-			in.NotReadyNodes = append(in.NotReadyNodes, n.Name)
-		}
-		in.Kubelets[n.Name] = n.KubeletVersion
-	}
-	if rel != nil {
-		in.MinUpgradableVersion = rel.MinUpgradableVersion
-		in.KubernetesTarget = rel.Kubernetes
-	}
-	return in
-}
 
 // judgeEarly refuses a plan whose ISO, read from its URL before any download, holds another
 // release than the plan's; the policies are then judged with that release (judge). Where the
@@ -69,10 +36,12 @@ func (d *decider) judgeEarly() bool {
 	return true
 }
 
-// judge evaluates the policies and reports whether the plan may go on; it fails or stalls the
-// plan when not.
-func (d *decider) judge(in policy.Input) bool {
-	res := policy.Evaluate(in)
+// judge judges the plan with the release rel (Judge), records the judgement in the decision and
+// reports whether the plan may go on; it fails or stalls the plan when not.
+func (d *decider) judge(rel *release.Release) bool {
+	j := Judge(d.o.Plan, d.judgeFacts(rel))
+	d.out.Judgement = &j
+	res := j.Result
 	if !res.Allowed {
 		if res.Transient() {
 			d.wait("PolicyCheckPending", res.Summary(), 0, true)
@@ -100,7 +69,7 @@ func (d *decider) initialize() {
 			return
 		}
 	}
-	if !d.judgeEarly() || !d.judge(d.policyInput(d.o.EarlyRelease)) {
+	if !d.judgeEarly() || !d.judge(d.o.EarlyRelease) {
 		return
 	}
 	warnings, blocking := d.preflight()

@@ -204,7 +204,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		var out []reconcile.Request
 		for _, p := range plans.Items {
-			if !finished(p.Status.Phase) {
+			if !p.Status.Phase.Finished() {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 			}
 		}
@@ -231,7 +231,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.c.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if finished(plan.Status.Phase) && !retryAsked(&plan) && !soakWatched(&plan) {
+	if plan.Status.Phase.Finished() && !retryAsked(&plan) && !soakWatched(&plan) {
 		return reconcile.Result{}, nil
 	}
 	log := r.log.With("plan", plan.Name)

@@ -39,7 +39,7 @@ func JudgeRollback(p *v1beta1.UpgradePlan, of *v1beta1.UpgradePlan, target *v1be
 	case of.Spec.Rollback != nil:
 		return fmt.Sprintf("upgradeplan %s is a rollback itself: upgrade again to go forward", name)
 	case of.Status.Phase != v1beta1.PhaseSucceeded:
-		return fmt.Sprintf("upgradeplan %s is %s: only a Succeeded upgrade is rolled back (a Failed one is retried or aborted)", name, phaseName(of.Status.Phase))
+		return fmt.Sprintf("upgradeplan %s is %s: only a Succeeded upgrade is rolled back (a Failed one is retried or aborted)", name, of.Status.Phase.Name())
 	case installed != "" && installed != of.Spec.Version:
 		return fmt.Sprintf("the cluster runs %s, not %s, which upgradeplan %s installed", installed, of.Spec.Version, name)
 	}
@@ -72,14 +72,6 @@ func JudgeRollback(p *v1beta1.UpgradePlan, of *v1beta1.UpgradePlan, target *v1be
 		return fmt.Sprintf("Version %s names another ISO than the one upgradeplan %s kept: the rollback would download it", p.Spec.Version, name)
 	}
 	return ""
-}
-
-// phaseName names a phase for people, "not started" for none.
-func phaseName(p v1beta1.Phase) string {
-	if p == "" {
-		return "not started"
-	}
-	return string(p)
 }
 
 // refuseRollback fails a rollback that JudgeRollback refuses, in Initializing, before anything

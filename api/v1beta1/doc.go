@@ -3,8 +3,9 @@
 // cluster to a Version, and the sequencer's record of its progress) and RepoNode (each node
 // agent's report of its ISO, repo and image preload).
 //
-// The package holds only types and kubebuilder markers. Deepcopy functions, CRD manifests and
-// RBAC are generated from it by controller-gen (make generate).
+// The package holds types, kubebuilder markers and the few readings of them that every client
+// shares (Phase.Finished, Phase.Name, UpgradePlan.NodeExecutor). Deepcopy functions, CRD
+// manifests and RBAC are generated from it by controller-gen (make generate).
 //
 // Imports: the standard library and k8s.io/apimachinery only (depguard rule api, boundary test).
 //

@@ -40,6 +40,9 @@ type planOptions struct {
 	// isoURL, without release, is the release ISO's URL (upgrade apply): the release is read from
 	// it through ranges when it can be, else judged by the sequencer once read.
 	isoURL string
+	// plan is the plan judged (upgrade apply's, to create): its nodeUpgradeOption scopes the
+	// nodes judged and ordered as the sequencer will. Nil judges one over every node.
+	plan *v1beta1.UpgradePlan
 }
 
 // planComponent is one component's version before and after.
@@ -186,73 +189,67 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	if err != nil {
 		return nil, fmt.Errorf("current release: %w", err)
 	}
-	in := policy.Input{
-		Current:           o.current,
-		Force:             o.force,
-		AllowPrerelease:   o.allowPrerelease,
+	// The plan judged: the one apply would create, else the one the flags describe.
+	p := &v1beta1.UpgradePlan{}
+	if o.plan != nil {
+		p = o.plan.DeepCopy()
+	}
+	p.Spec.Force, p.Spec.AllowPrerelease = o.force, o.allowPrerelease
+	facts := sequencer.JudgeFacts{
+		Installed:         sequencer.Installed{Version: o.current},
 		VersionExists:     true,
-		KubernetesCurrent: o.currentKubernetes,
+		KubernetesVersion: o.currentKubernetes,
+		Release:           target,
 	}
 	rep := &planReport{}
 	switch {
 	case target != nil:
-		in.Target = target.Harvester
-		in.MinUpgradableVersion = target.MinUpgradableVersion
-		in.KubernetesTarget = target.Kubernetes
+		p.Spec.Version = target.Harvester
 		if o.to != "" && o.to != target.Harvester {
 			return nil, fmt.Errorf("--to %s but the release given by --release is %s", o.to, target.Harvester)
 		}
 	default:
-		in.Target = o.to
-		in.ReleaseUnknown = true
+		p.Spec.Version = o.to
 		if isoNote == "" {
 			isoNote = "the target release metadata was not given (--release)"
 		}
 		rep.Notes = append(rep.Notes, isoNote+": minUpgradableVersion is checked once the sequencer reads it")
 	}
 	if c != nil {
-		f, err := sequencer.GatherFacts(ctx, c, o.namespace, "", in.Target)
+		f, err := sequencer.GatherFacts(ctx, c, o.namespace, "", p.Spec.Version)
 		if err != nil {
 			return nil, err
 		}
-		if in.Current == "" {
-			in.Current = f.Installed.Version
-			if in.Current == "" {
+		if facts.Installed.Version == "" {
+			facts.Installed.Version = f.Installed.Version
+			if facts.Installed.Version == "" {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("no installed version recorded in configmap %s/%s; give --current", o.namespace, sequencer.InstalledConfigMap))
 			}
 		}
 		if currentRel == nil {
 			currentRel = f.Installed.Release
 		}
-		in.VersionExists = f.Version != nil || o.versionCreated
-		in.NotReadyNodes = f.NotReady
-		in.PlansInFlight = f.PlansInFlight
-		if in.KubernetesCurrent == "" {
-			in.KubernetesCurrent = f.KubernetesVersion
+		facts.VersionExists = f.Version != nil || o.versionCreated
+		facts.PlansInFlight = f.PlansInFlight
+		if facts.KubernetesVersion == "" {
+			facts.KubernetesVersion = f.KubernetesVersion
 		}
-		in.Kubelets = map[string]string{}
-		for _, n := range f.Nodes {
-			in.Kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
-		}
-		rep.ControlPlaneNodes, rep.OtherNodes = sequencer.NodeOrder(f.Nodes)
+		facts.Nodes = sequencer.NodeInfos(f.Nodes)
 	}
-	if in.KubernetesCurrent == "" && currentRel != nil {
-		in.KubernetesCurrent = currentRel.Kubernetes
+	facts.Installed.Release = currentRel
+	j := sequencer.Judge(p, facts)
+	if c != nil {
+		rep.ControlPlaneNodes, rep.OtherNodes = j.ControlPlaneNodes, j.OtherNodes
 	}
-	res := policy.Evaluate(in)
+	in, res := j.Input, j.Result
 	rep.Allowed = res.Allowed
 	rep.Current, rep.Target = in.Current, in.Target
 	rep.CurrentKubernetes, rep.TargetKubernetes = in.KubernetesCurrent, in.KubernetesTarget
 	for _, ch := range res.Checks {
-		pc := planCheck{Check: ch, Result: "pass"}
-		switch {
-		case c == nil && (ch.Name == policy.CheckVersionExists || ch.Name == policy.CheckNoPlanInFlight || ch.Name == policy.CheckNodesReady):
+		pc := planCheck{Check: ch, Result: checkResult(ch)}
+		if c == nil && (ch.Name == policy.CheckVersionExists || ch.Name == policy.CheckNoPlanInFlight || ch.Name == policy.CheckNodesReady) {
 			pc.Result = "skip"
 			pc.Message = "not checked without a cluster (--kubeconfig)"
-		case ch.Forced:
-			pc.Result = "warn"
-		case !ch.Passed:
-			pc.Result = "fail"
 		}
 		rep.Checks = append(rep.Checks, pc)
 	}
@@ -268,6 +265,17 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		rep.Phases = append(rep.Phases, planPhase{Phase: s.Running, What: s.What})
 	}
 	return rep, nil
+}
+
+// checkResult is how plan shows a check's outcome: pass, warn (failed, forced) or fail.
+func checkResult(ch policy.Check) string {
+	switch {
+	case ch.Forced:
+		return "warn"
+	case !ch.Passed:
+		return "fail"
+	}
+	return "pass"
 }
 
 // loadRelease reads the release at src ("" reads nothing); an ISO (a file or URL ending in .iso)

@@ -155,7 +155,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 		return err
 	}
 	po := planOptions{to: v.Name, namespace: o.namespace, force: o.req.Force, allowPrerelease: o.req.AllowPrerelease,
-		release: o.release, versionCreated: true, isoURL: o.req.ISOURL}
+		release: o.release, versionCreated: true, isoURL: o.req.ISOURL, plan: p}
 	if env.serverVersion != nil {
 		if po.currentKubernetes, err = env.serverVersion(); err != nil {
 			return err
@@ -193,7 +193,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 				return fmt.Errorf("get version %s: %w", v.Name, err)
 			}
 		}
-		return printDrains(ctx, w, env.c, o.namespace, v)
+		return printDrains(ctx, w, env.c, o.namespace, v, p)
 	}
 	if !o.yes {
 		if err := confirm(w, env.stdin, env.interactive, "Proceed?", "nothing was created"); err != nil {
@@ -229,14 +229,14 @@ func confirm(w io.Writer, in io.Reader, interactive bool, question, undone strin
 	return nil
 }
 
-// printDrains prints what a dry run adds to the judgement: each node in upgrade order, with
-// the pods its drain would evict now.
-func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace string, v *v1beta1.Version) error {
+// printDrains prints what a dry run adds to the judgement: each node plan p works on in upgrade
+// order, with the pods its drain would evict now.
+func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace string, v *v1beta1.Version, p *v1beta1.UpgradePlan) error {
 	keep, err := labels.Parse(sequencerPods)
 	if err != nil {
 		return fmt.Errorf("sequencer pods selector: %w", err)
 	}
-	drains, err := planctl.DrainPreview(ctx, c, namespace, keep)
+	drains, err := planctl.DrainPreview(ctx, c, p, namespace, keep)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 		if plan.ResourceVersion == shownRV && shown != nil {
 			return nil
 		}
-		v := planview.New(plan, upgradeNodes(ctx, a, c, &nodesWarned), now())
+		v := planview.New(plan, upgradeNodes(ctx, a, c, plan, &nodesWarned), now())
 		if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
 			v.Held.Command += " --all"
 		}
@@ -233,10 +233,11 @@ func followPlan(ctx context.Context, c client.WithWatch, plan *v1beta1.UpgradePl
 	}
 }
 
-// upgradeNodes lists the cluster's nodes in the order the sequencer upgrades them, each with its
-// kubelet's version. Without them (no right to list nodes) the rows follow the plan's status by
-// name; that is said once.
-func upgradeNodes(ctx context.Context, a *app, c client.Reader, warned *bool) []planview.Node {
+// upgradeNodes lists the nodes plan works on in the order the sequencer upgrades them
+// (sequencer.PlanNodes, sequencer.NodeOrder), each with its kubelet's version; the nodes it
+// skips follow from its status, by name. Without the nodes (no right to list them) the rows
+// follow the plan's status by name; that is said once.
+func upgradeNodes(ctx context.Context, a *app, c client.Reader, plan *v1beta1.UpgradePlan, warned *bool) []planview.Node {
 	var list corev1.NodeList
 	if err := c.List(ctx, &list); err != nil {
 		if !*warned {
@@ -257,7 +258,7 @@ func upgradeNodes(ctx context.Context, a *app, c client.Reader, warned *bool) []
 			iso[rn.Name] = rn.Status.ISO
 		}
 	}
-	cp, others := sequencer.NodeOrder(list.Items)
+	cp, others := sequencer.NodeOrder(sequencer.PlanNodes(plan, sequencer.NodeInfos(list.Items)))
 	out := make([]planview.Node, 0, len(list.Items))
 	for _, name := range append(cp, others...) {
 		out = append(out, planview.Node{Name: name, KubeletVersion: kubelet[name],

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/policy"
+	"github.com/upgrade-repo/upgrade-repo/release"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
+)
+
+// TestPlanAndSequencerAgree runs the same cluster (nodes, the target Version, the installed
+// ConfigMap, other plans) through what `plan` and `upgrade apply --dry-run` show (makePlan) and
+// through what the sequencer does in Initializing (Decide), and requires the same judgement:
+// the same checks with the same outcomes and messages, the same node order, and the sequencer
+// going on exactly when the command says the upgrade is allowed.
+func TestPlanAndSequencerAgree(t *testing.T) {
+	t.Parallel()
+	const ns = "upgrade-repo-system"
+	target, err := release.ParseRelease([]byte(planTargetYAML))
+	require.NoError(t, err)
+	current, err := release.ParseRelease([]byte(planCurrentYAML))
+	require.NoError(t, err)
+	currentJSON, err := json.Marshal(current)
+	require.NoError(t, err)
+	targetFile := writePlanFile(t, "target.yaml", planTargetYAML)
+
+	node := func(name string, cp, ready bool, kubelet string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+		n.Status.NodeInfo.KubeletVersion = kubelet
+		if cp {
+			n.Labels["node-role.kubernetes.io/control-plane"] = "true"
+		}
+		st := corev1.ConditionTrue
+		if !ready {
+			st = corev1.ConditionFalse
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st,
+			LastTransitionTime: metav1.NewTime(time.Unix(1000, 0))}}
+		return n
+	}
+	installed := func(version string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sequencer.InstalledConfigMap},
+			Data:       map[string]string{sequencer.InstalledVersionKey: version, sequencer.InstalledReleaseKey: string(currentJSON)},
+		}
+	}
+	version := &v1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: "v1.6.0"}, Spec: v1beta1.VersionSpec{
+		ISOURL: "https://origin.example/harvester-v1.6.0.iso", ISOChecksum: "sha512:" + strings.Repeat("ab", 64)}}
+	older := &v1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: "older", CreationTimestamp: metav1.NewTime(time.Unix(1, 0))},
+		Spec:       v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+		Status:     v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseImagePreloading},
+	}
+	const kubelet = "v1.32.7+rke2r1"
+	cluster := func(workerReady bool, kubelet string) []client.Object {
+		return []client.Object{
+			node("cp-b", true, true, kubelet), node("w-2", false, workerReady, kubelet),
+			node("cp-a", true, true, kubelet), node("w-1", false, true, kubelet), node("w-3", false, true, kubelet),
+		}
+	}
+	with := func(objs []client.Object, more ...client.Object) []client.Object { return append(objs, more...) }
+
+	tests := []struct {
+		name string
+		objs []client.Object
+		// known is whether the target release is known: --release for the command, the
+		// release read from the ISO's URL for the sequencer.
+		known   bool
+		force   bool
+		options *v1beta1.NodeUpgradeOption
+		allowed bool
+	}{
+		{name: "every node Ready", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true, allowed: true},
+		{name: "release not read yet", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), allowed: true},
+		{name: "a worker not Ready", objs: with(cluster(false, kubelet), installed("v1.5.2"), version), known: true},
+		{name: "the worker not Ready skipped", objs: with(cluster(false, kubelet), installed("v1.5.2"), version), known: true,
+			options: &v1beta1.NodeUpgradeOption{SkipNodes: []string{"w-2"}}, allowed: true},
+		{name: "only the nodes listed", objs: with(cluster(false, kubelet), installed("v1.5.2"), version), known: true,
+			options: &v1beta1.NodeUpgradeOption{Nodes: []string{"w-3", "w-1"}}, allowed: true},
+		{name: "a control plane is never skipped", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true,
+			options: &v1beta1.NodeUpgradeOption{SkipNodes: []string{"cp-a", "w-1"}}, allowed: true},
+		{name: "a downgrade", objs: with(cluster(true, kubelet), installed("v1.6.1"), version), known: true},
+		{name: "a downgrade forced", objs: with(cluster(true, kubelet), installed("v1.6.1"), version), known: true, force: true, allowed: true},
+		{name: "below the minimum upgradable", objs: with(cluster(true, kubelet), installed("v1.4.9"), version), known: true},
+		{name: "no Version", objs: with(cluster(true, kubelet), installed("v1.5.2")), known: true},
+		{name: "another plan in flight", objs: with(cluster(true, kubelet), installed("v1.5.2"), version, older), known: true},
+		{name: "kubelets too old", objs: with(cluster(true, "v1.30.1+rke2r1"), installed("v1.5.2"), version), known: true},
+		{name: "no kubelet version: the installed release's", objs: with(cluster(true, ""), installed("v1.5.2"), version), known: true, allowed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := kubeFake(t, tt.objs...)
+			plan := &v1beta1.UpgradePlan{
+				ObjectMeta: metav1.ObjectMeta{Name: "to-v1-6-0", CreationTimestamp: metav1.NewTime(time.Unix(2, 0))},
+				Spec:       v1beta1.UpgradePlanSpec{Version: "v1.6.0", Force: tt.force, NodeUpgradeOption: tt.options},
+			}
+
+			// What the operator is shown.
+			o := planOptions{to: "v1.6.0", namespace: ns, force: tt.force, plan: plan}
+			if tt.known {
+				o.release = targetFile
+			}
+			rep, err := makePlan(t.Context(), o, c, http.DefaultClient)
+			require.NoError(t, err)
+
+			// What the sequencer does.
+			f, err := sequencer.GatherFacts(t.Context(), c, ns, plan.Name, plan.Spec.Version)
+			require.NoError(t, err)
+			started := plan.DeepCopy()
+			started.Status.Phase = v1beta1.PhaseInitializing
+			obs := sequencer.NewObservation(time.Unix(2000, 0), started, f)
+			obs.UpgradeImage = "upgrade:v1.6.0"
+			if tt.known {
+				obs.EarlyRelease = target
+			}
+			d := sequencer.Decide(sequencer.DefaultConfig, obs)
+			require.NotNil(t, d.Judgement, "Decide judged the plan in Initializing")
+			j := d.Judgement
+
+			require.Equal(t, tt.allowed, rep.Allowed)
+			require.Equal(t, rep.Allowed, j.Result.Allowed)
+			require.Equal(t, checkOutcomes(j.Result.Checks), reportOutcomes(rep.Checks), "the same checks, outcomes and messages")
+			require.Equal(t, rep.ControlPlaneNodes, j.ControlPlaneNodes, "the same control-plane order")
+			require.Equal(t, rep.OtherNodes, j.OtherNodes, "the same order of the other nodes")
+			require.Equal(t, rep.Current, j.Input.Current)
+			require.Equal(t, rep.CurrentKubernetes, j.Input.KubernetesCurrent)
+
+			// The sequencer acts on that judgement: it goes on when allowed, over the nodes in
+			// that order, and otherwise says why.
+			switch {
+			case j.Result.Allowed:
+				require.Equal(t, v1beta1.PhaseInitialized, d.Status.Phase)
+				var worked []string
+				for name, st := range d.Status.NodeUpgradeStatuses {
+					if st.State != v1beta1.NodeSkipped {
+						worked = append(worked, name)
+					}
+				}
+				require.ElementsMatch(t, append(append([]string{}, j.ControlPlaneNodes...), j.OtherNodes...), worked)
+			default:
+				cond := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded)
+				require.NotNil(t, cond)
+				require.Contains(t, cond.Message, j.Result.Summary())
+			}
+		})
+	}
+}
+
+// outcome is one check as both sides must tell it.
+type outcome struct{ name, result, message string }
+
+func checkOutcomes(checks []policy.Check) []outcome {
+	out := make([]outcome, 0, len(checks))
+	for _, c := range checks {
+		out = append(out, outcome{c.Name, checkResult(c), c.Message})
+	}
+	return out
+}
+
+func reportOutcomes(checks []planCheck) []outcome {
+	out := make([]outcome, 0, len(checks))
+	for _, c := range checks {
+		out = append(out, outcome{c.Name, c.Result, c.Message})
+	}
+	return out
+}
