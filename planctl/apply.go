@@ -199,12 +199,8 @@ func Check(ctx context.Context, c client.Reader, v *v1beta1.Version, p *v1beta1.
 	case err != nil:
 		return false, fmt.Errorf("get upgradeplan %s: %w", p.Name, err)
 	default:
-		phase := plan.Status.Phase
-		if phase == "" {
-			phase = "not started"
-		}
 		return false, fmt.Errorf("%w: upgradeplan %s exists (%s): give another name (--name), or delete it (upgrade abort %s)",
-			ErrConflict, p.Name, phase, p.Name)
+			ErrConflict, p.Name, plan.Status.Phase.Name(), p.Name)
 	}
 	return exists, nil
 }

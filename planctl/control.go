@@ -26,19 +26,6 @@ const PausedAnnotation = "upgrade-repo.io/paused-nodes"
 // one that has not failed.
 var ErrState = errors.New("not allowed in the plan's state")
 
-// finished reports whether the plan has ended.
-func finished(p v1beta1.Phase) bool {
-	return p == v1beta1.PhaseSucceeded || p == v1beta1.PhaseFailed
-}
-
-// executor is the plan's node executor, Job when unset.
-func executor(p *v1beta1.UpgradePlan) v1beta1.Executor {
-	if o := p.Spec.NodeUpgradeOption; o != nil && o.Executor != "" {
-		return o.Executor
-	}
-	return v1beta1.ExecutorJob
-}
-
 // inFlightStates are the node states of a node whose upgrade has begun: the sequencer carries it
 // to its end whatever pauseNodes says, and it is cordoned (but in Rejoining, once uncordoned).
 var inFlightStates = []v1beta1.NodeState{
@@ -77,11 +64,11 @@ func Pause(ctx context.Context, c client.Client, name string) (PauseResult, erro
 	var tried []string
 	err := update(ctx, c, name, func(p *v1beta1.UpgradePlan) error {
 		res = PauseResult{}
-		if finished(p.Status.Phase) {
+		if p.Status.Phase.Finished() {
 			return fmt.Errorf("%w: upgradeplan %s is %s: there is nothing to pause", ErrState, name, p.Status.Phase)
 		}
-		if executor(p) != v1beta1.ExecutorJob {
-			return fmt.Errorf("%w: upgradeplan %s upgrades its nodes with %s, which does not read pauseNodes", ErrState, name, executor(p))
+		if p.NodeExecutor() != v1beta1.ExecutorJob {
+			return fmt.Errorf("%w: upgradeplan %s upgrades its nodes with %s, which does not read pauseNodes", ErrState, name, p.NodeExecutor())
 		}
 		names := make([]string, 0, len(nodes.Items))
 		for _, n := range nodes.Items {
@@ -176,11 +163,7 @@ func Retry(ctx context.Context, c client.Client, name string, now time.Time) (st
 			return nil
 		}
 		if p.Status.Phase != v1beta1.PhaseFailed {
-			phase := string(p.Status.Phase)
-			if phase == "" {
-				phase = "not started"
-			}
-			return fmt.Errorf("%w: upgradeplan %s is %s, not Failed: retry resumes a plan that failed", ErrState, name, phase)
+			return fmt.Errorf("%w: upgradeplan %s is %s, not Failed: retry resumes a plan that failed", ErrState, name, p.Status.Phase.Name())
 		}
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
@@ -316,7 +299,7 @@ func Inspect(plan *v1beta1.UpgradePlan, nodes []corev1.Node, sucNamespace string
 		}
 	}
 	l.ClusterJob = plan.Status.Phase == v1beta1.PhaseClusterUpgrading
-	if executor(plan) == v1beta1.ExecutorSystemUpgradeController && reachedNodes(plan.Status) {
+	if plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController && reachedNodes(plan.Status) {
 		for _, p := range []string{suc.ServerPlanName(plan.Name), suc.AgentPlanName(plan.Name)} {
 			l.SUCPlans = append(l.SUCPlans, sucNamespace+"/"+p)
 		}

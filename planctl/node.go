@@ -96,10 +96,10 @@ func UpgradeNode(ctx context.Context, c client.Client, node, version, name strin
 		case p.Name == name && p.Status.Phase == v1beta1.PhaseFailed:
 			return res, fmt.Errorf("%w: upgradeplan %s failed in %s: resume it (upgrade retry %s), or delete it (upgrade abort %s) and run this again",
 				ErrState, name, p.Status.FailedPhase, name, name)
-		case same && (p.Name == name || !finished(p.Status.Phase)):
+		case same && (p.Name == name || !p.Status.Phase.Finished()):
 			res.Plan = p
 			return res, nil
-		case !finished(p.Status.Phase):
+		case !p.Status.Phase.Finished():
 			res.Others = append(res.Others, p.Name)
 		}
 	}

@@ -24,7 +24,7 @@ func InFlight(ctx context.Context, c client.Reader) (string, error) {
 	var best *v1beta1.UpgradePlan
 	for i := range list.Items {
 		p := &list.Items[i]
-		if finished(p.Status.Phase) {
+		if p.Status.Phase.Finished() {
 			continue
 		}
 		if best == nil || best.CreationTimestamp.Before(&p.CreationTimestamp) ||
@@ -94,7 +94,7 @@ func Skip(ctx context.Context, c client.Client, name string, nodes []string) (Sk
 	var tried []string
 	err := update(ctx, c, name, func(p *v1beta1.UpgradePlan) error {
 		res = SkipResult{Versions: map[string]string{}}
-		if finished(p.Status.Phase) {
+		if p.Status.Phase.Finished() {
 			return fmt.Errorf("%w: upgradeplan %s is %s: there is nothing to skip", ErrState, name, p.Status.Phase)
 		}
 		if p.Spec.NodeUpgradeOption == nil {

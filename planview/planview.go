@@ -180,7 +180,7 @@ func New(plan *v1beta1.UpgradePlan, nodes []Node, now time.Time) *Plan {
 				held = append(held, n)
 			}
 		}
-		if len(held) > 0 && !Finished(st.Phase) {
+		if len(held) > 0 && !st.Phase.Finished() {
 			p.Held = &Hold{Nodes: held, Command: "upgrade-repo upgrade resume " + plan.Name}
 		}
 	}
@@ -196,7 +196,7 @@ func New(plan *v1beta1.UpgradePlan, nodes []Node, now time.Time) *Plan {
 			break
 		}
 	}
-	if Finished(st.Phase) {
+	if st.Phase.Finished() {
 		p.FinishTime = p.PhaseTime
 	}
 	if p.StartTime != nil {
@@ -280,11 +280,6 @@ func percent(done, total int64) *int {
 	return &v
 }
 
-// Finished reports whether phase is final: Succeeded or Failed.
-func Finished(phase v1beta1.Phase) bool {
-	return phase == v1beta1.PhaseSucceeded || phase == v1beta1.PhaseFailed
-}
-
 // Pick returns the plan an operator asking for "the" plan means: the newest one that is not
 // finished, else the newest one; nil when there is none. Newest is by creation time, then by
 // name.
@@ -296,7 +291,7 @@ func Pick(plans []v1beta1.UpgradePlan) *v1beta1.UpgradePlan {
 			best = c
 			continue
 		}
-		cRuns, bestRuns := !Finished(c.Status.Phase), !Finished(best.Status.Phase)
+		cRuns, bestRuns := !c.Status.Phase.Finished(), !best.Status.Phase.Finished()
 		switch {
 		case cRuns != bestRuns:
 			if cRuns {

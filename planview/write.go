@@ -116,7 +116,7 @@ func SameText(a, b *Plan) bool {
 
 func phaseLine(p *Plan) string {
 	if p.Phase == "" {
-		return "(not started)"
+		return "(" + p.Phase.Name() + ")"
 	}
 	switch p.Phase {
 	case v1beta1.PhaseFailed:

@@ -109,21 +109,13 @@ func followWithTimeout(ctx context.Context, c client.Reader, plan string, timeou
 	where := ""
 	var p v1beta1.UpgradePlan
 	if plan != "" && c.Get(ctx, client.ObjectKey{Name: plan}, &p) == nil {
-		where = fmt.Sprintf(" upgradeplan %s is %s;", plan, orNotStarted(p.Status.Phase))
+		where = fmt.Sprintf(" upgradeplan %s is %s;", plan, p.Status.Phase.Name())
 	}
 	again := "upgrade-repo upgrade status -w"
 	if plan != "" {
 		again = "upgrade-repo upgrade status " + plan + " -w"
 	}
 	return fmt.Errorf("%w after %s:%s the upgrade goes on (%s)", errTimeout, timeout, where, again)
-}
-
-// orNotStarted names a plan's phase, "not started" before the sequencer saw it.
-func orNotStarted(p v1beta1.Phase) string {
-	if p == "" {
-		return "not started"
-	}
-	return string(p)
 }
 
 // upgradeRESTConfig loads the configuration of the cluster kubectl would talk to: clientcmd's

@@ -80,7 +80,7 @@ func upgradePause(ctx context.Context, w io.Writer, c client.Client, plan string
 	}
 	var p v1beta1.UpgradePlan
 	if err := c.Get(ctx, client.ObjectKey{Name: plan}, &p); err == nil && beforeNodes(p.Status.Phase) {
-		fmt.Fprintf(w, "The plan is %s: the phases before NodeUpgrading go on, and it holds before its first node.\n", orNotStarted(p.Status.Phase))
+		fmt.Fprintf(w, "The plan is %s: the phases before NodeUpgrading go on, and it holds before its first node.\n", p.Status.Phase.Name())
 	}
 	return nil
 }
@@ -195,7 +195,7 @@ func upgradeAbort(ctx context.Context, w io.Writer, c client.Client, o upgradeAb
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	if !o.yes {
-		fmt.Fprintf(w, "Deleting upgradeplan %s (%s) leaves:\n", p.Name, orNotStarted(p.Status.Phase))
+		fmt.Fprintf(w, "Deleting upgradeplan %s (%s) leaves:\n", p.Name, p.Status.Phase.Name())
 		printLeftovers(w, planctl.Inspect(&p, nodes.Items, o.sucNamespace), p.Spec.Version, false)
 		if err := confirm(w, in, interactive, "Abort?", "nothing was deleted"); err != nil {
 			return err
@@ -208,7 +208,7 @@ func upgradeAbort(ctx context.Context, w io.Writer, c client.Client, o upgradeAb
 	if !o.yes {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "Deleted upgradeplan %s (it was %s). It leaves:\n", p.Name, orNotStarted(l.Phase))
+	fmt.Fprintf(w, "Deleted upgradeplan %s (it was %s). It leaves:\n", p.Name, l.Phase.Name())
 	printLeftovers(w, l, p.Spec.Version, true)
 	return nil
 }

@@ -65,7 +65,7 @@ func upgradeNode(ctx context.Context, w io.Writer, c client.Client, o upgradeNod
 		fmt.Fprintf(w, "Created upgradeplan %s: node %s alone to version %s%s.\n", p.Name, o.node, p.Spec.Version, from)
 	} else {
 		fmt.Fprintf(w, "Upgradeplan %s upgrades node %s alone to version %s already (%s): nothing created.\n",
-			p.Name, o.node, p.Spec.Version, orNotStarted(p.Status.Phase))
+			p.Name, o.node, p.Spec.Version, p.Status.Phase.Name())
 	}
 	if len(res.Others) > 0 {
 		fmt.Fprintf(w, "In flight: %s; the sequencer starts %s once they are finished.\n", strings.Join(res.Others, ", "), p.Name)

@@ -155,7 +155,7 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 		if err := show(&plan); err != nil {
 			return err
 		}
-		if !o.watch || planview.Finished(plan.Status.Phase) {
+		if !o.watch || plan.Status.Phase.Finished() {
 			break
 		}
 		start := time.Now()
@@ -226,7 +226,7 @@ func followPlan(ctx context.Context, c client.WithWatch, plan *v1beta1.UpgradePl
 			if err := show(plan); err != nil {
 				return err
 			}
-			if planview.Finished(plan.Status.Phase) {
+			if plan.Status.Phase.Finished() {
 				return nil
 			}
 		}
