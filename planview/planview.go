@@ -150,6 +150,9 @@ type NodeStatus struct {
 	// PreloadPercent is the share of the preload done, 0 to 100, by bytes when their total is
 	// known, else by images; null when there is nothing to count.
 	PreloadPercent *int `json:"preloadPercent"`
+	// ControlPlane is, for a control-plane node, the versions its static pods run (API
+	// server, controller manager, scheduler, etcd); null for the other nodes.
+	ControlPlane *v1beta1.ControlPlaneVersions `json:"controlPlane"`
 }
 
 // New builds the view of plan at now. nodes gives the upgrade order and the nodes the status
@@ -261,6 +264,7 @@ func nodeRow(name string, ns v1beta1.NodeUpgradeStatus, targetKubelet string) No
 		ImagesTotal:          ns.ImagesTotal,
 		BytesDone:            ns.BytesDone,
 		BytesTotal:           ns.BytesTotal,
+		ControlPlane:         ns.ControlPlane.DeepCopy(),
 	}
 	if row.TargetKubeletVersion == "" {
 		row.TargetKubeletVersion = targetKubelet

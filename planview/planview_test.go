@@ -313,7 +313,7 @@ func TestJSONFields(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"name", "state", "reason", "message", "stateTime", "lastProgressTime", "kubeletVersionBefore",
 		"kubeletVersion", "targetKubeletVersion", "imagesDone", "imagesTotal", "bytesDone", "bytesTotal", "preloadPercent",
-		"downloadBytesDone", "downloadBytesTotal",
+		"downloadBytesDone", "downloadBytesTotal", "controlPlane",
 	}, keys(node))
 	require.Equal(t, StatePending, node["state"])
 	require.Equal(t, []any{}, doc["warnings"])
@@ -494,4 +494,20 @@ func TestCells(t *testing.T) {
 			require.Equal(t, tt.want, tt.got)
 		})
 	}
+}
+
+func TestWriteTextControlPlanes(t *testing.T) {
+	t.Parallel()
+	p := &Plan{Name: "p", Nodes: []NodeStatus{
+		{Name: "cp-1", State: "Upgraded", ControlPlane: &v1beta1.ControlPlaneVersions{APIServer: "v1.34.4", ControllerManager: "v1.34.4", Scheduler: "v1.34.4", Etcd: "3.6.5-0"}},
+		{Name: "cp-2", State: "UpgradePending", ControlPlane: &v1beta1.ControlPlaneVersions{APIServer: "v1.33.13", ControllerManager: "v1.33.13", Scheduler: "v1.33.13"}},
+		{Name: "w-1", State: "Skipped"},
+	}}
+	var b strings.Builder
+	require.NoError(t, WriteText(&b, p))
+	out := b.String()
+	require.Contains(t, out, "CONTROL PLANE   APISERVER   CONTROLLER-MANAGER   SCHEDULER   ETCD\n")
+	require.Contains(t, out, "cp-1            v1.34.4     v1.34.4              v1.34.4     3.6.5-0\n")
+	require.Contains(t, out, "cp-2            v1.33.13    v1.33.13             v1.33.13    -\n")
+	require.NotContains(t, out[strings.Index(out, "CONTROL PLANE"):], "w-1", "a worker has no control-plane row")
 }

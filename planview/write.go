@@ -84,6 +84,7 @@ func WriteText(w io.Writer, p *Plan) error {
 	if len(p.Nodes) == 0 {
 		b.WriteString("(no nodes yet)\n")
 	}
+	writeControlPlanes(&b, p.Nodes)
 	// tabwriter pads a row whose last cells are empty; kubectl's tables keep those spaces, a
 	// golden file or a diff of two watches is better without them.
 	lines := strings.SplitAfter(b.String(), "\n")
@@ -96,6 +97,28 @@ func WriteText(w io.Writer, p *Plan) error {
 		return fmt.Errorf("write plan %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// writeControlPlanes writes, when any node reports its control-plane components, a table of
+// their versions: CONTROL PLANE, APISERVER, CONTROLLER-MANAGER, SCHEDULER and ETCD.
+func writeControlPlanes(b *bytes.Buffer, nodes []NodeStatus) {
+	var cps []NodeStatus
+	for _, n := range nodes {
+		if n.ControlPlane != nil {
+			cps = append(cps, n)
+		}
+	}
+	if len(cps) == 0 {
+		return
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(b, 6, 4, 3, ' ', 0)
+	fmt.Fprintln(tw, "CONTROL PLANE\tAPISERVER\tCONTROLLER-MANAGER\tSCHEDULER\tETCD")
+	for _, n := range cps {
+		c := n.ControlPlane
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, orDash(c.APIServer), orDash(c.ControllerManager), orDash(c.Scheduler), orDash(c.Etcd))
+	}
+	_ = tw.Flush() // writes to a bytes.Buffer, which does not fail
 }
 
 // SameText reports whether a and b print the same text but for the ages and elapsed times,
