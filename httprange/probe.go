@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
@@ -32,9 +33,10 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s %s: status %s", e.Method, e.URL, e.Status)
 }
 
-// Permanent reports whether asking again cannot help: a 4xx other than 408 and 429.
+// Permanent reports whether asking again cannot help: a 4xx that backoff.RetryableStatus does
+// not retry.
 func (e *StatusError) Permanent() bool {
-	return e.Code >= 400 && e.Code < 500 && e.Code != http.StatusRequestTimeout && e.Code != http.StatusTooManyRequests
+	return e.Code >= 400 && e.Code < 500 && !backoff.RetryableStatus(e.Code)
 }
 
 // NewStatusError returns the StatusError of resp, its URL redacted.

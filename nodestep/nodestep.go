@@ -14,7 +14,7 @@
 //   - is idempotent: a run after a reboot, a killed pod or a retried plan finds the work done
 //     and exits 0.
 //
-// Imports: the standard library only; the kubeadm step is in nodestep/kubeadm.
+// Imports: backoff and the standard library; the kubeadm step is in nodestep/kubeadm.
 package nodestep
 
 import (
@@ -297,7 +297,7 @@ func (f *Fetcher) getOnce(ctx context.Context, u string, w io.Writer) (retry boo
 	case http.StatusNotFound:
 		return false, fmt.Errorf("the release has no such file (%s)", resp.Status)
 	default:
-		return resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests, fmt.Errorf("agent answered %s", resp.Status)
+		return backoff.RetryableStatus(resp.StatusCode), fmt.Errorf("agent answered %s", resp.Status)
 	}
 	n, err := io.Copy(w, resp.Body)
 	if err != nil {

@@ -75,7 +75,7 @@ func Transient(err error) (why string, ok bool) {
 			return "429 too many requests", true
 		case s.Reason == metav1.StatusReasonServerTimeout || s.Reason == metav1.StatusReasonTimeout:
 			return fmt.Sprintf("the server timed out (%d)", s.Code), true
-		case s.Code >= http.StatusInternalServerError && s.Code != http.StatusNotImplemented:
+		case backoff.RetryableStatus(int(s.Code)):
 			return fmt.Sprintf("%d %s", s.Code, firstLine(s.Message)), true
 		}
 		for _, m := range etcdHiccups {

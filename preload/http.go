@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/idle"
 	"github.com/upgrade-repo/upgrade-repo/redact"
@@ -117,7 +118,7 @@ func (s *HTTPSource) Open(ctx context.Context, p string, offset int64) (rc io.Re
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return fail(ErrNotFound)
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+	case backoff.RetryableStatus(resp.StatusCode):
 		return fail(fmt.Errorf("%w: %s", ErrTransient, resp.Status))
 	case offset > 0 && resp.StatusCode == http.StatusOK:
 		return fail(fmt.Errorf("asked for bytes from %d, got the whole file (changed on the server, or no range support)", offset))

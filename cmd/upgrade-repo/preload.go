@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/internal/priority"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/preload"
@@ -161,19 +162,24 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 // connectContainerd connects to containerd at sock, waiting up to retryFor while it is
 // unavailable (restarting), as the preload itself does.
 func connectContainerd(ctx context.Context, a *app, sock string, retryFor time.Duration, opts ...containerd.Option) (*containerd.Store, error) {
-	deadline := time.Now().Add(retryFor)
-	for {
-		store, err := containerd.New(ctx, sock, opts...)
-		if err == nil || !errors.Is(err, preload.ErrTransient) || !time.Now().Before(deadline) {
-			return store, err
+	p := backoff.Policy{Initial: time.Second, Max: time.Second, Total: retryFor}
+	if retryFor <= 0 {
+		p.Attempts = 1
+	}
+	var store *containerd.Store
+	err := backoff.Retry(ctx, p, func(ctx context.Context) error {
+		var err error
+		store, err = containerd.New(ctx, sock, opts...)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, preload.ErrTransient):
+			return backoff.Permanent(err)
 		}
 		a.log.Info("containerd unavailable, retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(min(time.Second, time.Until(deadline))):
-		}
-	}
+		return err
+	})
+	return store, err
 }
 
 // lowGCPercent is the GC target of a preload. An import's memory is mostly buffers that live as

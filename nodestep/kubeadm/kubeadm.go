@@ -13,7 +13,7 @@
 // The step runs in a privileged pod that sees the node's / at Step.Root and the node's PID
 // namespace; kubeadm and systemctl run in the node's namespaces through Host.
 //
-// Imports: nodestep, client-go's types through Cluster, and the standard library.
+// Imports: nodestep, backoff, client-go's types through Cluster, and the standard library.
 package kubeadm
 
 import (
@@ -31,6 +31,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/version"
 
+	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/nodestep"
 )
 
@@ -491,20 +492,20 @@ func memberNames(members []EtcdMember) string {
 // retry runs f until it succeeds, for at most ReadyTimeout: the API server restarts during an
 // upgrade.
 func (s *Step) retry(ctx context.Context, what string, f func() error) error {
-	deadline := time.Now().Add(s.ReadyTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		s.Log.Warn("retrying", "what", what, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(s.Poll):
-		}
+	// Every Poll, not doubling: the API server is back at a moment the step cannot know.
+	p := backoff.Policy{Initial: s.Poll, Max: s.Poll, Total: s.ReadyTimeout}
+	if p.Total <= 0 {
+		p.Attempts = 1
 	}
+	err := backoff.Retry(ctx, p, func(context.Context) error {
+		err := f()
+		if err != nil {
+			s.Log.Warn("retrying", "what", what, "err", err)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
