@@ -1,6 +1,6 @@
 // Package serve is the chunk server of the ring: an HTTP Handler that sends the ISOs of a
-// peer/cache Store to peers, by range, and lists the sha256 of the chunks it holds
-// (peer.ChunkList) for them to vouch for what they receive from others.
+// peer/cache Store to peers, by range, and lists the digests of the chunks it holds
+// (peer.ChunkList, BLAKE3 by chunks.Sum) for them to vouch for what they receive from others.
 //
 // A partial download serves the chunks it holds, and 416 for the others; a complete ISO's chunks
 // are checked against the digests it was verified with before they are sent, and a damaged one is
