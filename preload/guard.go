@@ -45,6 +45,7 @@ type Guard struct {
 	log       *slog.Logger
 	interval  time.Duration
 	onRestore func([]Restore)
+	onPinned  func(int)
 	restored  prometheus.Counter
 	failed    prometheus.Counter
 }
@@ -56,6 +57,9 @@ type GuardConfig struct {
 	Interval time.Duration
 	// OnRestore, when set, is called after every repair with the images it put back.
 	OnRestore func([]Restore)
+	// OnPinned, when set and the store is a PinCounter, is called after every check with how
+	// many of the listed images are pinned; it is called from Run's goroutine.
+	OnPinned func(pinned int)
 	// Log receives the guard's log lines; nil discards them.
 	Log *slog.Logger
 	// Registerer, when set, receives the guard's metrics.
@@ -70,7 +74,7 @@ func NewGuard(store Store, sources []Source, cfg GuardConfig, opts ...Option) (*
 	}
 	g := &Guard{
 		store: store, sources: sources, opts: append(slices.Clone(opts), WithRegisterer(nil)),
-		log: cfg.Log, interval: cfg.Interval, onRestore: cfg.OnRestore,
+		log: cfg.Log, interval: cfg.Interval, onRestore: cfg.OnRestore, onPinned: cfg.OnPinned,
 		restored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "upgrade_repo_preload_restored_images_total",
 			Help: "Listed images found missing from the image store and imported again.",
@@ -136,6 +140,7 @@ func (g *Guard) Run(ctx context.Context, meta fs.FS) error {
 	defer tick.Stop()
 	for {
 		g.check(ctx, meta, refs)
+		g.countPinned(ctx, refs)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -208,6 +213,23 @@ func (g *Guard) check(ctx context.Context, meta fs.FS, refs []string) {
 	if g.onRestore != nil {
 		g.onRestore(back)
 	}
+}
+
+// countPinned tells OnPinned how many of refs the store has pinned, after a check (and its
+// repair, which pins what it imports). A failure is logged and the count left as it was.
+func (g *Guard) countPinned(ctx context.Context, refs []string) {
+	pc, ok := g.store.(PinCounter)
+	if !ok || g.onPinned == nil {
+		return
+	}
+	n, err := pc.Pinned(ctx, refs)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("counting the release's pinned images failed", "err", err)
+		}
+		return
+	}
+	g.onPinned(n)
 }
 
 // sourceOf names the source of the archive the plan imported ref from.

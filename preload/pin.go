@@ -21,6 +21,14 @@ type Pinner interface {
 	Unpin(ctx context.Context, drop func(release string) bool) (int, error)
 }
 
+// PinCounter is an optional capability of a Store, found by type assertion: it counts the images
+// the kubelet's image garbage collection is told to leave alone, whoever pinned them.
+type PinCounter interface {
+	// Pinned returns how many of refs are in the store and pinned. References that are not in the
+	// store count as unpinned. It is safe for concurrent use and does not modify the store.
+	Pinned(ctx context.Context, refs []string) (int, error)
+}
+
 // WithPin makes the Preloader claim every listed image it finds present or imports for release,
 // when its Store is a Pinner (see Pinner). Empty (the default) pins nothing.
 func WithPin(release string) Option { return func(p *Preloader) { p.pin = release } }

@@ -81,6 +81,12 @@ type RepoNodePreload struct {
 	// ImagesTotal is how many images the release has.
 	// +optional
 	ImagesTotal int64 `json:"imagesTotal,omitempty"`
+	// ImagesPinned is how many of the release's images carry the CRI plugin's pinned label
+	// (io.cri-containerd.pinned), which keeps an image from the kubelet's image garbage
+	// collection where containerd honours it (1.7.3 and later, 2.x; 1.6 ignores it). Counted
+	// after the preload and at each check of the release's images while the node holds the ISO.
+	// +optional
+	ImagesPinned int64 `json:"imagesPinned,omitempty"`
 	// BytesDone is how many archive bytes were read.
 	// +optional
 	BytesDone int64 `json:"bytesDone,omitempty"`

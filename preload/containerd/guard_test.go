@@ -59,15 +59,23 @@ func TestGuardRealContainerd(t *testing.T) {
 	require.NoError(t, err)
 
 	restores := make(chan []preload.Restore, 4)
+	counts := make(chan int, 16)
 	reg := prometheus.NewRegistry()
 	// An hour between checks: what brings the image back is the removal's event, or the check
 	// made once the watch is live.
 	g, err := preload.NewGuard(s, sources, preload.GuardConfig{
 		Interval: time.Hour, Registerer: reg, OnRestore: func(r []preload.Restore) { restores <- r },
+		OnPinned: func(n int) {
+			select {
+			case counts <- n:
+			default:
+			}
+		},
 	}, opts...)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- g.Run(t.Context(), fsys) }()
+	require.Equal(t, len(all), <-counts, "the first check counts every preloaded image pinned")
 
 	gone := rel.oci.Refs[0]
 	ctx := namespaces.WithNamespace(t.Context(), s.ns)

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/images"
@@ -113,6 +114,31 @@ func (s *Store) Unpin(ctx context.Context, drop func(release string) bool) (int,
 		changed++
 	}
 	return changed, nil
+}
+
+var _ preload.PinCounter = (*Store)(nil)
+
+// Pinned implements preload.PinCounter: the images of refs whose PinnedLabel is "pinned", the
+// label the CRI plugin reads, whether this store or an operator set it.
+func (s *Store) Pinned(ctx context.Context, refs []string) (int, error) {
+	ctx = s.nsctx(ctx)
+	imgs, err := s.client.ImageService().List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list images: %w", classify(err))
+	}
+	pinned := make(map[string]bool, len(imgs))
+	for _, img := range imgs {
+		if img.Labels[PinnedLabel] == pinnedValue {
+			pinned[img.Name] = true
+		}
+	}
+	n := 0
+	for _, ref := range slices.Compact(slices.Sorted(slices.Values(refs))) {
+		if pinned[ref] {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // claims returns the releases that claim an image with labels.

@@ -113,6 +113,27 @@ func TestPinRealContainerd(t *testing.T) {
 		require.Empty(t, labelsOf(t, s)[own][pinnedBeforeLabel])
 	})
 
+	t.Run("pinned counts the listed images that carry the CRI label, whoever set it", func(t *testing.T) {
+		t.Parallel()
+		s := preloaded(t)
+		absent := "docker.io/library/absent:v1"
+		// A reference listed twice counts once; one the store lacks counts as unpinned.
+		n, err := s.Pinned(t.Context(), append([]string{absent, all[0]}, all...))
+		require.NoError(t, err)
+		require.Equal(t, len(all), n)
+		_, err = s.Unpin(t.Context(), func(r string) bool { return r == "v1" })
+		require.NoError(t, err)
+		n, err = s.Pinned(t.Context(), all)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		ctx := namespaces.WithNamespace(t.Context(), s.ns)
+		_, err = s.client.ImageService().Update(ctx, images.Image{Name: all[1], Labels: map[string]string{PinnedLabel: "pinned"}}, "labels."+PinnedLabel)
+		require.NoError(t, err)
+		n, err = s.Pinned(t.Context(), all)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "an operator's pin counts")
+	})
+
 	t.Run("pin skips images the store lacks", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, d.Socket)
