@@ -47,6 +47,9 @@ type Status struct {
 	// the node held the ISO and were imported again; Restored are the latest, oldest first.
 	RestoredTotal int64             `json:"restoredTotal,omitempty"`
 	Restored      []preload.Restore `json:"restored,omitempty"`
+	// ImagesPinned is how many of the release's images carry the CRI plugin's pinned label, as
+	// the guard of the release's images last counted them; 0 until it counted.
+	ImagesPinned int64 `json:"imagesPinned,omitempty"`
 	// Step is what the node's upgrade step last reported (POST /v1/step); nil until one reports.
 	// The board never changes a step it holds: it replaces it whole.
 	Step *v1beta1.RepoNodeStep `json:"step,omitempty"`
@@ -175,7 +178,7 @@ func (b *Board) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.s.Ready, b.s.ISO, b.s.Error, b.s.Plan = false, ISOStatus{State: ISOPending}, "", ""
-	b.s.RestoredTotal, b.s.Restored = 0, nil
+	b.s.RestoredTotal, b.s.Restored, b.s.ImagesPinned = 0, nil, 0
 	b.checksum = ""
 	b.preloadr = nil
 	b.preloadErr = ""
@@ -194,6 +197,18 @@ func (b *Board) restored(rs []preload.Restore) {
 			s.Restored = append([]preload.Restore(nil), s.Restored[n:]...)
 		}
 	})
+}
+
+// pinned records how many of the release's images are pinned; the report loop is woken only when
+// the count changed, since the guard counts at every check.
+func (b *Board) pinned(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.s.ImagesPinned == int64(n) {
+		return
+	}
+	b.s.ImagesPinned = int64(n)
+	b.notify()
 }
 
 // step records st as the node step's last report, replacing the one before.
@@ -279,6 +294,7 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 	}
 	st.Cleanup = repoNodeCleanup(s.Cleanup)
 	st.Preload.RestoredTotal = s.RestoredTotal
+	st.Preload.ImagesPinned = s.ImagesPinned
 	for _, r := range s.Restored {
 		st.Preload.Restored = append(st.Preload.Restored, v1beta1.RepoNodeRestore{Image: r.Image, Source: r.Source, Time: metav1.NewTime(r.Time)})
 	}

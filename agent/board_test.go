@@ -96,11 +96,23 @@ func TestBoardRepoNode(t *testing.T) {
 			},
 		},
 		{
+			name: "the release's images pinned, as the guard last counted them",
+			setup: func(b *Board) {
+				b.pinned(3)
+				b.pinned(5)
+			},
+			want: v1beta1.RepoNodeStatus{
+				ISO:     v1beta1.RepoNodeISO{State: v1beta1.ISOPending},
+				Preload: v1beta1.RepoNodePreload{ImagesPinned: 5},
+			},
+		},
+		{
 			name: "reset after a drop",
 			setup: func(b *Board) {
 				b.plan("up", sha)
 				b.update(func(s *Status) { s.ISO, s.Ready = ISOStatus{SHA512: sha, State: ISOVerified}, true })
 				b.restored([]preload.Restore{{Image: "docker.io/library/x:1", Source: "iso", Time: at}})
+				b.pinned(4)
 				b.reset()
 			},
 			want: v1beta1.RepoNodeStatus{ISO: v1beta1.RepoNodeISO{State: v1beta1.ISOPending}},

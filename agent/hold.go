@@ -299,7 +299,8 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 			a.log.Error("preload images", "err", err)
 		}
 		g, err := preload.NewGuard(a.images, sources, preload.GuardConfig{
-			Interval: a.cfg.ImageCheckInterval, OnRestore: a.board.restored, Log: a.log, Registerer: a.guardMetrics(),
+			Interval: a.cfg.ImageCheckInterval, OnRestore: a.board.restored, OnPinned: a.board.pinned,
+			Log: a.log, Registerer: a.guardMetrics(),
 		}, opts...)
 		if err != nil {
 			return err

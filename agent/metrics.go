@@ -9,7 +9,8 @@ import (
 // boardCollector exposes the node's status board as the upgrade_repo_agent_ metrics, read at
 // each scrape: the node's ISO (state, bytes held of its size, whether the origin is failing) and
 // its preload (state, compressed bytes read of the archives' size, images present of those
-// listed, whether its blobs go into containerd's content directory directly). The series carry no node label: the scrape adds the target's, one agent per node. The
+// listed, pinned against the kubelet's image garbage collection, whether its blobs go into
+// containerd's content directory directly). The series carry no node label: the scrape adds the target's, one agent per node. The
 // states are named as the RepoNode's status names them, so that a dashboard reads like
 // `kubectl get reponodes`.
 type boardCollector struct {
@@ -17,6 +18,7 @@ type boardCollector struct {
 
 	ready, isoState, isoSize, isoHeld, originFailing              *prometheus.Desc
 	preloadState, preloadSize, preloadRead, images, imagesPresent *prometheus.Desc
+	pinnedImages                                                  *prometheus.Desc
 	// directIngest is sent only with an image store, onePass only with one that unpacks.
 	directIngest, onePass *prometheus.Desc
 }
@@ -47,6 +49,7 @@ func newBoardCollector(b *Board) *boardCollector {
 		preloadRead:   d("preload_read_bytes", "Compressed bytes of the image archives the preload read so far."),
 		images:        d("preload_images", "Images the release lists."),
 		imagesPresent: d("preload_images_present", "Images the release lists that are present in the node's image store."),
+		pinnedImages:  d("pinned_images", "Images the release lists that carry the CRI plugin's pinned label (io.cri-containerd.pinned), which keeps them from the kubelet's image garbage collection on containerd 1.7.3 and later; 0 until counted."),
 		directIngest:  d("preload_direct_ingest", "1 while the agent writes image blobs into containerd's content directory itself, 0 while they go through containerd's content service."),
 		onePass:       d("preload_one_pass_unpack", "1 while the agent extracts image layers while it writes them, 0 while containerd unpacks them after each import; absent when the agent does not unpack."),
 	}
@@ -55,7 +58,7 @@ func newBoardCollector(b *Board) *boardCollector {
 // Describe sends the descriptors of every metric the collector sends.
 func (c *boardCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ready, c.isoState, c.isoSize, c.isoHeld, c.originFailing,
-		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent, c.directIngest, c.onePass} {
+		c.preloadState, c.preloadSize, c.preloadRead, c.images, c.imagesPresent, c.pinnedImages, c.directIngest, c.onePass} {
 		ch <- d
 	}
 }
@@ -81,6 +84,7 @@ func (c *boardCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.preloadRead, float64(rn.Preload.BytesDone))
 	gauge(c.images, float64(rn.Preload.ImagesTotal))
 	gauge(c.imagesPresent, float64(rn.Preload.ImagesDone))
+	gauge(c.pinnedImages, float64(rn.Preload.ImagesPinned))
 	if s.Ingest != "" {
 		gauge(c.directIngest, bit(s.Ingest == v1beta1.IngestDirect))
 	}

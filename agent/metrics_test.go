@@ -33,10 +33,18 @@ upgrade_repo_agent_iso_state{state="Pending"} 1
 upgrade_repo_agent_iso_state{state="Ready"} 0
 upgrade_repo_agent_iso_state{state="Verifying"} 0
 upgrade_repo_agent_origin_failing 0
+upgrade_repo_agent_pinned_images 0
 upgrade_repo_agent_preload_state{state="ImagePreloadFailed"} 0
 upgrade_repo_agent_preload_state{state="ImagePreloaded"} 0
 upgrade_repo_agent_preload_state{state="ImagePreloading"} 0
 upgrade_repo_agent_ready 0
+`,
+		},
+		{
+			name:  "the release's images pinned",
+			setup: func(b *Board) { b.pinned(7) },
+			want: `
+upgrade_repo_agent_pinned_images 7
 `,
 		},
 		{
