@@ -8,8 +8,13 @@
 # the script fails if any did. At the end it prints the time each formation took and the phase
 # timings of each formation's UpgradePlan (e2e/_artifacts/phase-timings.md, from the
 # phases-FORMATION.tsv files TestUpgrade writes).
+# Every formation but kubeadm and kubeadm-ha starts from KIND_NODE_IMAGE: Debian's containerd 1.6
+# (local/kind-node:v1.34.4) or containerd 2.1 (CONTAINERD=2.1.9 ../shared/tools/kind-offline.sh
+# image); hack/e2e.sh writes the containerd config patch that image's config version needs. With
+# E2E_IMAGE_GC=1 the full formation's TestPinsHoldAgainstImageGC runs (it skips where containerd
+# is older than 1.7.3, which ignores pins).
 # env: E2E_FORMATIONS ("single two three witness four kubeadm"), E2E_FULL_FORMATION (four), and those of
-#      hack/e2e.sh (KIND_NODE_IMAGE, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
+#      hack/e2e.sh (KIND_NODE_IMAGE, E2E_IMAGE_GC, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 artifacts=$PWD/e2e/_artifacts
@@ -29,6 +34,11 @@ for k in kubeadm kubeadm-ha; do
       fi ;;
   esac
 done
+
+if [ -n "${KIND_NODE_IMAGE:-}" ]; then
+  ctr_version=$(docker run --rm --entrypoint containerd "$KIND_NODE_IMAGE" --version 2>/dev/null || echo "unknown containerd")
+  log "node image $KIND_NODE_IMAGE: $ctr_version${E2E_IMAGE_GC:+, E2E_IMAGE_GC=$E2E_IMAGE_GC}"
+fi
 
 t0=$(date +%s)
 build_kubeadm=0

@@ -41,7 +41,9 @@
 #      pattern), E2E_TIMEOUT (go test timeout, 60m), E2E_REBOOT (1: the test upgrade image reboots
 #      each node after its work; 0: it does not), E2E_STEP_REPO (require: the test upgrade image
 #      must read the release's metadata from the repo the sequencer gives it; try; skip),
-#      E2E_KUBEADM_FROM_IMAGE and E2E_KUBEADM_WORK (formation kubeadm).
+#      E2E_KUBEADM_FROM_IMAGE and E2E_KUBEADM_WORK (formation kubeadm), E2E_IMAGE_GC (1: the
+#      kubelets' image garbage collection thresholds just above the host disk's usage, for
+#      TestPinsHoldAgainstImageGC; see below) and E2E_IMAGE_GC_MARGIN (percent above it, 4).
 # kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
 # there first, as it matches the offline node image.
 set -euo pipefail
@@ -258,14 +260,64 @@ if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   fi
 fi
 created=0
+# registry_table IMAGE: the TOML table of the CRI registry configuration in IMAGE's containerd
+# config, which kind's containerdConfigPatches merge into. It depends on the file's config version,
+# not on the daemon: a version 2 file (containerd 1.6 and 1.7 read only that; kind v0.30's base
+# image and ../shared/tools/kind-offline.sh write it for containerd 2.1 too) names the v2 CRI
+# plugin, and containerd 2.x moves that table to its CRI images plugin when it migrates the file
+# (plugins/cri/images configMigration); a version 3 file is read as it is, by containerd 2.x
+# alone, whose v2 CRI plugin has no registry table any more. The config is read from the image
+# (docker run, no pull for a local image); kind's own default image, not named, writes version 2.
+registry_table() {
+  local cfg version=2
+  if [ -n "$1" ] && cfg=$(docker run --rm --entrypoint cat "$1" /etc/containerd/config.toml 2>/dev/null); then
+    version=$(sed -n 's/^[[:space:]]*version[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' <<<"$cfg" | head -1)
+  fi
+  if [ "${version:-2}" -ge 3 ]; then
+    echo 'plugins."io.containerd.cri.v1.images".registry'
+  else
+    echo 'plugins."io.containerd.grpc.v1.cri".registry'
+  fi
+}
+# kubelet_gc_patch: with E2E_IMAGE_GC=1, a kubeadm patch that sets every kubelet's image garbage
+# collection thresholds just above the image filesystem's usage now, as the kubelet computes it
+# (100 - available*100/capacity, reserved blocks counted as used). A kind node's image filesystem
+# (/var/lib/containerd on the node's /var volume) is the host disk under docker's root directory.
+# Above, not below: past them from the start, every kubelet would collect every unpinned image
+# nothing runs at each 5-minute pass, the images `kind load` brings and the previous release's
+# image TestUpgrade expects the agents' cleanup to remove included. TestPinsHoldAgainstImageGC
+# pushes the disk past them for the minutes it watches the kubelet's own collection, then frees it.
+# imageMinimumGCAge 0s makes an image collectable the first time the kubelet sees it.
+kubelet_gc_patch() {
+  [ "${E2E_IMAGE_GC:-0}" = 1 ] || return 0
+  local dir size avail usage high low
+  dir=$(docker info -f '{{.DockerRootDir}}')
+  read -r size avail < <(df -B1 --output=size,avail "$dir" | tail -1)
+  usage=$(( 100 - avail * 100 / size ))
+  high=$(( usage + ${E2E_IMAGE_GC_MARGIN:-4} ))
+  [ "$high" -le 99 ] || high=99
+  low=$(( high - 1 ))
+  log "kubelet image GC: host disk of $dir at ${usage}% as the kubelet counts it; thresholds high ${high}%, low ${low}%, minimum age 0s"
+  printf 'usage=%s\nhigh=%s\nlow=%s\n' "$usage" "$high" "$low" > "$artifacts/image-gc.env"
+  echo 'kubeadmConfigPatches:'; echo '- |'
+  echo '  apiVersion: kubelet.config.k8s.io/v1beta1'; echo '  kind: KubeletConfiguration'
+  echo "  imageGCHighThresholdPercent: $high"; echo "  imageGCLowThresholdPercent: $low"
+  echo '  imageMinimumGCAge: 0s'
+}
 if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   config=$artifacts/kind-config.yaml
+  node_image=()
+  [ -n "${KIND_NODE_IMAGE:-}" ] && node_image=(--image "$KIND_NODE_IMAGE")
+  [ "$kubeadm_formation" = 1 ] && node_image=(--image "$kubeadm_from_image")
+  table=$(registry_table "${node_image[1]:-}")
+  log "containerd registry config_path set in [$table]"
   {
     echo 'kind: Cluster'; echo 'apiVersion: kind.x-k8s.io/v1alpha4'
     # containerd reads the hosts.toml files the chart's mirror writes only where its CRI registry
     # config_path is set; this node image does not set it (the README says what an operator sets).
     echo 'containerdConfigPatches:'; echo '- |-'
-    echo '  [plugins."io.containerd.grpc.v1.cri".registry]'; echo '    config_path = "/etc/containerd/certs.d"'
+    echo "  [$table]"; echo '    config_path = "/etc/containerd/certs.d"'
+    kubelet_gc_patch
     echo 'nodes:'
     echo '- role: control-plane'; echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"
     for r in "${node_roles[@]}"; do
@@ -273,9 +325,6 @@ if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
       echo '  labels:'; echo "    upgrade-repo-e2e/formation: $formation"; echo "    upgrade-repo-e2e/role: $r"
     done
   } > "$config"
-  node_image=()
-  [ -n "${KIND_NODE_IMAGE:-}" ] && node_image=(--image "$KIND_NODE_IMAGE")
-  [ "$kubeadm_formation" = 1 ] && node_image=(--image "$kubeadm_from_image")
   log "creating cluster $cluster: formation $formation, 1 control plane + ${#node_roles[@]} workers (${node_roles[*]:-none}), ${node_image[1]:-the default node image}"
   t0=$(date +%s)
   if ! kind create cluster --name "$cluster" "${node_image[@]}" --config "$config" --kubeconfig "$kubeconfig" --wait 5m; then
@@ -324,6 +373,21 @@ fi
 [ "$compat" = 1 ] && images+=("$script_image")
 retry 3 kind load docker-image "${images[@]}" --name "$cluster" >/dev/null
 log "images loaded: ${images[*]} ($version)"
+# With the image GC thresholds of E2E_IMAGE_GC=1, the harness's own images are pinned as the node
+# image's are, so that the kubelets' collection, when TestPinsHoldAgainstImageGC pushes the disk
+# past them, takes only images the tests put there to be collected or left unpinned.
+if [ "${E2E_IMAGE_GC:-0}" = 1 ]; then
+  pin_refs=()
+  for i in "${images[@]}"; do
+    case $i in */*) first=${i%%/*}; case $first in *.*|*:*|localhost) pin_refs+=("$i") ;; *) pin_refs+=("docker.io/$i") ;; esac ;; *) pin_refs+=("docker.io/library/$i") ;; esac
+  done
+  for node in $(kind get nodes --name "$cluster"); do
+    for r in "${pin_refs[@]}"; do
+      docker exec "$node" ctr -n k8s.io images label "$r" io.cri-containerd.pinned=pinned >/dev/null
+    done
+  done
+  log "pinned on every node (E2E_IMAGE_GC=1): ${pin_refs[*]}"
+fi
 
 # 3. A clean slate on a reused cluster: no release of the chart, none of its objects, no node
 # cache, none of the release's images in the nodes' containerd.
