@@ -152,7 +152,8 @@ func (f *faults) step(ctx context.Context) {
 		f.mark("worker-stopped")
 		f.workerPaused = time.Now()
 		f.note("worker %s stopped for good (container paused) as NodeUpgrading starts: %v", w, docker(ctx, "pause", w))
-	case !f.did("cp1-restarted") && isStepping(rows[cp1]) && strings.Contains(rows[cp1].Message, "kubelet v"):
+	case !f.did("cp1-restarted") && isStepping(rows[cp1]) && strings.HasPrefix(rows[cp1].Message, "kubelet v") && strings.Contains(rows[cp1].Message, " -> "):
+		// The step reports "kubelet vOLD -> vNEW" once kubeadm is done, as it swaps the binaries.
 		f.mark("cp1-restarted")
 		f.note("control plane %s restarted during its kubelet swap (row: %s %s): %v", cp1, rows[cp1].State, rows[cp1].Message, docker(ctx, "restart", cp1))
 	case !f.did("cp3-paused") && (rows[cp1].State == apiv1beta1.NodeRejoining || rows[cp1].State == apiv1beta1.NodeUpgraded):
@@ -182,7 +183,7 @@ func (f *faults) step(ctx context.Context) {
 		}
 		if allCP && f.lostMsg != "" {
 			f.mark("worker-skipped")
-			out, err := upgradeRepo(ctx, "upgrade", "skip", f.plan, w)
+			out, err := upgradeRepo(ctx, "skip", f.plan, w)
 			f.note("every control plane upgraded; the plan said after %s: %q; upgrade-repo upgrade skip %s %s: err=%v\n%s", f.lostAfter, f.lostMsg, f.plan, w, err, out)
 		}
 	}
@@ -269,13 +270,14 @@ func (f *faults) killAgent(ctx context.Context, node string) string {
 	return "no agent pod on the node"
 }
 
-// upgradeRepo runs the CLI built for the e2e against the cluster.
-func upgradeRepo(ctx context.Context, args ...string) (string, error) {
+// upgradeRepo runs `upgrade-repo upgrade VERB --kubeconfig FILE ARGS...`, the CLI built for the
+// e2e, against the cluster (the flags before the arguments, as Go's flag package reads them).
+func upgradeRepo(ctx context.Context, verb string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	bin := filepath.Join(os.Getenv("E2E_ARTIFACTS"), "upgrade-repo")
-	args = append(args, "--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--namespace", os.Getenv("E2E_NAMESPACE"))
-	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	argv := append([]string{"upgrade", verb, "--kubeconfig", os.Getenv("E2E_KUBECONFIG")}, args...)
+	out, err := exec.CommandContext(ctx, bin, argv...).CombinedOutput()
 	return string(out), err
 }
 
@@ -477,7 +479,7 @@ func haChecks(t *testing.T, c *cluster, h haNodes, f *faults, plan *apiv1beta1.U
 	t.Run("HA: the worker, back, is upgraded alone by upgrade-repo upgrade node", func(t *testing.T) {
 		require.NoError(t, docker(t.Context(), "unpause", h.worker))
 		waitNodeReady(t, c, h.worker, 5*time.Minute)
-		out, err := upgradeRepo(t.Context(), "upgrade", "node", h.worker)
+		out, err := upgradeRepo(t.Context(), "node", h.worker)
 		t.Logf("upgrade-repo upgrade node %s: err=%v\n%s", h.worker, err, out)
 		require.NoError(t, err)
 		start := time.Now()
