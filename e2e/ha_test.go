@@ -76,6 +76,13 @@ type faults struct {
 	lostMsg   string
 	// workerPaused is when the worker was stopped.
 	workerPaused time.Time
+	// windows are when a control plane was paused or restarting, with a minute to recover.
+	windows [][2]time.Time
+	// cp1Restarted is when the first control plane was restarted; cp1Back when its row next
+	// showed it Rejoining or Upgraded.
+	cp1Restarted time.Time
+	// etcdWaitSeen is the row of the second control plane while its step waited for etcd.
+	etcdWaitSeen string
 	cancel       context.CancelFunc
 	finished     chan struct{}
 }
@@ -134,6 +141,19 @@ func injectFaults(t *testing.T, c *cluster, h haNodes, plan string) *faults {
 	return f
 }
 
+// windowsList returns the faults' windows.
+func (f *faults) windowsList() [][2]time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.windows)
+}
+
+func (f *faults) window(from time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.windows = append(f.windows, [2]time.Time{from, time.Now().Add(time.Minute)})
+}
+
 func (f *faults) stop() {
 	f.cancel()
 	<-f.finished
@@ -155,8 +175,14 @@ func (f *faults) step(ctx context.Context) {
 	case !f.did("cp1-restarted") && isStepping(rows[cp1]) && strings.HasPrefix(rows[cp1].Message, "kubelet v") && strings.Contains(rows[cp1].Message, " -> "):
 		// The step reports "kubelet vOLD -> vNEW" once kubeadm is done, as it swaps the binaries.
 		f.mark("cp1-restarted")
+		f.cp1Restarted = time.Now()
 		f.note("control plane %s restarted during its kubelet swap (row: %s %s): %v", cp1, rows[cp1].State, rows[cp1].Message, docker(ctx, "restart", cp1))
-	case !f.did("cp3-paused") && (rows[cp1].State == apiv1beta1.NodeRejoining || rows[cp1].State == apiv1beta1.NodeUpgraded):
+	case f.did("cp1-restarted") && !f.did("cp1-back") && (rows[cp1].State == apiv1beta1.NodeRejoining || rows[cp1].State == apiv1beta1.NodeUpgraded):
+		f.mark("cp1-back")
+		f.window(f.cp1Restarted)
+	case !f.did("cp3-paused") && rows[cp1].State == apiv1beta1.NodeUpgraded && (rows[cp2].State == apiv1beta1.NodeCordoned || isStepping(rows[cp2])):
+		// Once the gate let the second control plane go (cordoned and drained, its Job next):
+		// its step must see the third's member away and wait.
 		f.mark("cp3-paused")
 		before := manifestTag(ctx, cp2)
 		f.note("control plane %s paused (its etcd member unhealthy) before %s's turn; %s's kube-apiserver at %s: %v", cp3, cp2, cp2, before, docker(ctx, "pause", cp3))
@@ -198,6 +224,11 @@ func (f *faults) holdPaused(ctx context.Context, cp2, cp3, before string) {
 		var p apiv1beta1.UpgradePlan
 		if err := f.c.cl.Get(ctx, client.ObjectKey{Name: f.plan}, &p); err == nil {
 			r := p.Status.NodeUpgradeStatuses[cp2]
+			if strings.Contains(r.Message, "waiting for every etcd member to be healthy") {
+				f.mu.Lock()
+				f.etcdWaitSeen = r.Message
+				f.mu.Unlock()
+			}
 			line := fmt.Sprintf("%s %s: %s %s %s", cp2, r.State, r.Reason, r.Message, "| plan: "+conditions(p.Status.Conditions))
 			if !seen[line] {
 				seen[line] = true
@@ -218,6 +249,7 @@ func (f *faults) holdPaused(ctx context.Context, cp2, cp3, before string) {
 	}
 	f.note("control plane %s unpaused after 75 s: %v", cp3, docker(context.Background(), "unpause", cp3))
 	f.mark("cp3-unpaused")
+	f.window(end.Add(-75 * time.Second))
 }
 
 // isStepping reports whether a row is in its node step.
@@ -436,6 +468,8 @@ func haChecks(t *testing.T, c *cluster, h haNodes, f *faults, plan *apiv1beta1.U
 		}
 		t.Logf("while %s was paused, %s and the plan showed:\n%s", h.cps[2], h.cps[1], strings.Join(f.pauseSeen, "\n"))
 		require.Empty(t, f.changedDuringPause, "no control plane is taken down while an etcd member is away")
+		t.Logf("the second control plane's step, while the third was paused: %q", f.etcdWaitSeen)
+		require.NotEmpty(t, f.etcdWaitSeen, "the step of the second control plane said it waits for etcd")
 		require.Contains(t, f.lostMsg, "upgrade-repo upgrade skip "+h.worker, "the plan names the lost worker and the command")
 		require.Less(t, f.lostAfter, 5*time.Minute, "the plan names a lost worker within minutes")
 	})

@@ -93,6 +93,15 @@ func TestKubeadmUpgrade(t *testing.T) {
 		haChecks(t, c, h, f, plan, before, target)
 	}
 	minReady, samples := avail.stop()
+	if ha {
+		// A paused or restarted node takes its replicas down whatever the budget says (an
+		// involuntary disruption): the budget is held to outside those windows, and the
+		// drains, which are voluntary, go through the Eviction API, which enforces it.
+		windows := f.windowsList()
+		outside, n := avail.minOutside(windows)
+		t.Logf("Deployment %s: at least %d ready in %d samples in all; at least %d ready in the %d samples outside the faults' windows %v", workloadName, minReady, samples, outside, n, windows)
+		minReady, samples = outside, n
+	}
 
 	t.Run("every kubelet and the API server are at the target", func(t *testing.T) {
 		require.Equal(t, target, serverVersion(t, c), "the API server's /version")
@@ -185,6 +194,7 @@ func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv
 	t.Helper()
 	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	_ = os.Remove(filepath.Join(c.artifacts, "status-"+name+".log")) // a log of this run only
+	_ = os.Remove(filepath.Join(c.artifacts, "steps-"+name+".log"))
 	start := time.Now()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -204,6 +214,7 @@ func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv
 			lastPhase = plan.Status.Phase
 			operatorView(t, c, name, fmt.Sprintf("+%s", time.Since(start).Round(time.Second)))
 		}
+		stepLogs(t, c, name, true)
 		for n, ns := range plan.Status.NodeUpgradeStatuses {
 			row := fmt.Sprintf("%s kubelet %s -> %s (target %s) %s %s", ns.State, ns.KubeletVersionBefore, ns.KubeletVersion, ns.TargetKubeletVersion, ns.Reason, ns.Message)
 			if rows[n] != row {
@@ -280,8 +291,10 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// stepLogs saves the logs of the plan's Jobs' pods to the artifacts (steps-PLAN.log).
-func stepLogs(t *testing.T, c *cluster, plan string) {
+// stepLogs appends the logs of the plan's Jobs' pods to the artifacts (steps-PLAN.log): with
+// finished set, only of the pods that finished and are not there yet (the plan deletes its Jobs
+// when it ends, so a plan's poll saves each pod as it finishes); else of every pod not there yet.
+func stepLogs(t *testing.T, c *cluster, plan string, finished ...bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -290,15 +303,24 @@ func stepLogs(t *testing.T, c *cluster, plan string) {
 		t.Logf("list the pods of plan %s: %v", plan, err)
 		return
 	}
-	var b strings.Builder
-	for _, p := range pods.Items {
-		out, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		fmt.Fprintf(&b, "===== %s on %s (%s) err=%v\n%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, err, out)
-	}
 	p := filepath.Join(c.artifacts, "steps-"+plan+".log")
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-		t.Logf("write %s: %v", p, err)
+	have, _ := os.ReadFile(p)
+	var b strings.Builder
+	for _, pod := range pods.Items {
+		done := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+		if (len(finished) > 0 && finished[0] && !done) || strings.Contains(string(have), "===== "+pod.Name+" ") {
+			continue
+		}
+		out, err := c.cs.CoreV1().Pods(c.namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		fmt.Fprintf(&b, "===== %s on %s (%s) err=%v\n%s\n", pod.Name, pod.Spec.NodeName, pod.Status.Phase, err, out)
 	}
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Logf("write %s: %v", p, err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(b.String())
 }
 
 // logPhases logs how long the plan spent in each phase and writes the phase timings.
@@ -448,9 +470,12 @@ func waitDaemonSetReadyIn(t *testing.T, c *cluster, namespace, name string, time
 
 // availability samples the workload Deployment's ready replicas until stop.
 type availability struct {
-	mu       sync.Mutex
-	min      int32
-	samples  int
+	mu      sync.Mutex
+	min     int32
+	samples int
+	// at and ready are the samples, in order.
+	at       []time.Time
+	ready    []int32
 	cancel   context.CancelFunc
 	finished chan struct{}
 }
@@ -468,6 +493,7 @@ func watchAvailability(t *testing.T, c *cluster) *availability {
 				a.mu.Lock()
 				a.min = min(a.min, d.Status.ReadyReplicas)
 				a.samples++
+				a.at, a.ready = append(a.at, time.Now()), append(a.ready, d.Status.ReadyReplicas)
 				a.mu.Unlock()
 			}
 			select {
@@ -479,6 +505,23 @@ func watchAvailability(t *testing.T, c *cluster) *availability {
 	}()
 	t.Cleanup(func() { cancel(); <-a.finished })
 	return a
+}
+
+// minOutside is the fewest ready replicas sampled outside windows, and how many samples that is.
+func (a *availability) minOutside(windows [][2]time.Time) (int32, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	least, n := int32(1<<30), 0
+	for i, at := range a.at {
+		inside := false
+		for _, w := range windows {
+			inside = inside || (!at.Before(w[0]) && !at.After(w[1]))
+		}
+		if !inside {
+			least, n = min(least, a.ready[i]), n+1
+		}
+	}
+	return least, n
 }
 
 func (a *availability) stop() (int32, int) {

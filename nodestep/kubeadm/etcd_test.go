@@ -132,6 +132,7 @@ func TestStepWaitsForEveryEtcdMember(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Contains(t, ran, "kubeadm upgrade node")
+			assert.Contains(t, reports, "etcd: 3 of 3 members healthy, quorum 2; going on kubeadm upgrade node now")
 			etcd.mu.Lock()
 			defer etcd.mu.Unlock()
 			assert.GreaterOrEqual(t, etcd.calls, 4, "read before (3 readings) and after the upgrade")

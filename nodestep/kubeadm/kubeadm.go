@@ -462,6 +462,10 @@ func (s *Step) waitEtcd(ctx context.Context, log *slog.Logger, when string) erro
 			q := JudgeEtcd(members)
 			if q.OK() {
 				log.Info("etcd healthy", "when", when, "members", q.Members, "healthy", q.Healthy, "quorum", q.Quorum(), "names", memberNames(members))
+				if last != "" {
+					// The row said it waits: say that it goes on.
+					s.Report.Report(ctx, nodestep.KubernetesUpgrading, q.String()+"; going on "+strings.TrimPrefix(when, "before ")+" now")
+				}
 				return nil
 			}
 			reading = q.String()
