@@ -169,7 +169,7 @@ func runUpgradeAbort(ctx context.Context, a *app, args []string) error {
 	var o upgradeAbortOptions
 	var err error
 	var help bool
-	o.planVerbOptions, help, err = parsePlanVerb(a, "abort", "deletes the plan; upgraded nodes stay upgraded, a cordoned node stays cordoned (see the README)", args, func(fset *flag.FlagSet) {
+	o.planVerbOptions, help, err = parsePlanVerb(a, "abort", "deletes the plan; upgraded nodes stay upgraded, a cordoned node stays cordoned (see docs/operating.md)", args, func(fset *flag.FlagSet) {
 		fset.BoolVar(&o.yes, "yes", false, "do not ask (required when stdin is not a terminal)")
 		fset.StringVar(&o.sucNamespace, "suc-namespace", "cattle-system", "system-upgrade-controller's `namespace`, as the sequencer's --suc-namespace")
 	})
