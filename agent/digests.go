@@ -130,4 +130,5 @@ func (a *Agent) forgetDigests(hex string) {
 	if err := os.Remove(filepath.Join(a.cfg.CacheDir, listsDir, digestsFile(hex))); err != nil && !os.IsNotExist(err) {
 		a.log.Warn("remove the release's image digests", "sha512", hex, "err", err)
 	}
+	a.pruneListsDir()
 }

@@ -142,6 +142,14 @@ func (a *Agent) forgetImages(drop func(release string) bool) {
 			}
 		}
 	}
+	a.pruneListsDir()
+}
+
+// pruneListsDir removes the directory of kept lists once it holds nothing, so that a node that
+// dropped every release keeps nothing in its cache.
+func (a *Agent) pruneListsDir() {
+	// Remove fails on a directory that still holds a file: that is the check.
+	_ = os.Remove(filepath.Join(a.cfg.CacheDir, listsDir))
 }
 
 // lines returns the non-empty lines of s: the entries of a kept image list (an entry may hold a
