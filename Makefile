@@ -56,6 +56,10 @@ image: ## Build the container image FROM scratch (needs a docker engine).
 image-kubeadm: ## Build the kubeadm upgrade image FROM scratch (Dockerfile.kubeadm; IMAGE_KUBEADM).
 	@DOCKERFILE=Dockerfile.kubeadm bash hack/image.sh $(IMAGE_KUBEADM)
 
+.PHONY: dist
+dist: ## The air-gapped bundle dist/upgrade-repo-VERSION-linux-amd64.tar.gz: CLI, chart, manifests, image archives (docker), SHA256SUMS, INSTALL.md.
+	@bash hack/dist.sh
+
 .PHONY: release-kubeadm
 release-kubeadm: build ## Pack a kubeadm cluster's release ISO into OUT (K8S_WORK, or IMAGES and BIN_DIR).
 	@UPGRADE_REPO=$(BINARY) bash hack/kubeadm-release.sh $(OUT)
