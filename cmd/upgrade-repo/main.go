@@ -81,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...) // as helm and kubectl take it
+	}
 	c, ok := cmds[args[0]]
 	if !ok {
 		usage(stderr, cmds)

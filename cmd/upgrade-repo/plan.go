@@ -98,6 +98,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to check")
 	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
+	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.StringVar(&o.currentKubernetes, "current-kubernetes", "", "the control plane's Kubernetes `version` (default: the API server's with --kubeconfig, else --current-release's kubernetes)")
 	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")

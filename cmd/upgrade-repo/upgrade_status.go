@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
@@ -42,15 +45,16 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	var o upgradeStatusOptions
 	fset := flag.NewFlagSet("upgrade status", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
-	fset.StringVar(&o.output, "output", "text", "output `format`: text or json")
+	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
+	fset.StringVar(&o.output, "output", "text", "same as -o")
 	o.kubeOptions.flags(fset)
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version's ConfigMap is")
+	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|json] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
 		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
 		fset.PrintDefaults()
 	}
@@ -64,8 +68,12 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if len(pos) == 1 {
 		o.plan = pos[0]
 	}
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, o.output)
+	switch o.output {
+	case "wide":
+		o.output = "text" // the table already has every column
+	case "text", "json", "yaml":
+	default:
+		return fmt.Errorf("%w: -o must be text, wide, json or yaml, got %q", errUsage, o.output)
 	}
 	if o.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
@@ -116,9 +124,14 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 			installedWarned = true
 		}
 		first := shown == nil
-		if o.output == "json" {
+		switch o.output {
+		case "json":
 			shown, shownRV = v, plan.ResourceVersion
 			return planview.WriteJSON(a.stdout, v)
+		case "yaml":
+			// The JSON object as YAML, one document per change, as kubectl get -o yaml -w.
+			shown, shownRV = v, plan.ResourceVersion
+			return writeYAML(a.stdout, v)
 		}
 		if !first && planview.SameText(shown, v) {
 			return nil
@@ -271,4 +284,20 @@ func upgradeNodes(ctx context.Context, a *app, c client.Reader, plan *v1beta1.Up
 func stdoutTerminal(a *app) bool {
 	f, ok := a.stdout.(*os.File)
 	return ok && isTerminal(f)
+}
+
+// writeYAML writes the plan's view as one YAML document: planview's JSON, field for field.
+func writeYAML(w io.Writer, v *planview.Plan) error {
+	var b bytes.Buffer
+	if err := planview.WriteJSON(&b, v); err != nil {
+		return err
+	}
+	y, err := yaml.JSONToYAML(b.Bytes())
+	if err != nil {
+		return fmt.Errorf("plan %s as yaml: %w", v.Name, err)
+	}
+	if _, err := fmt.Fprintf(w, "---\n%s", y); err != nil {
+		return fmt.Errorf("write plan %s: %w", v.Name, err)
+	}
+	return nil
 }

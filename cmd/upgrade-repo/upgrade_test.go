@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -142,6 +143,18 @@ aa-worker   Pending               -       v1.32.7   -        -
 	require.Equal(t, want, stdout.String())
 }
 
+func TestUpgradeStatusYAML(t *testing.T) {
+	t.Parallel()
+	a, stdout, _ := upgradeTestApp()
+	c := upgradeTestClient(t, upgradeTestPlan("p", 0, v1beta1.PhaseNodeUpgrading))
+	require.NoError(t, upgradeStatus(t.Context(), a, c, upgradeStatusOptions{plan: "p", output: "yaml"}, upgradeClock))
+	require.True(t, strings.HasPrefix(stdout.String(), "---\n"), "one YAML document")
+	var got planview.Plan
+	require.NoError(t, yaml.Unmarshal(stdout.Bytes(), &got))
+	require.Equal(t, "p", got.Name)
+	require.Len(t, got.Nodes, 3, "the same fields as -o json")
+}
+
 func TestUpgradeStatusUsage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -151,7 +164,7 @@ func TestUpgradeStatusUsage(t *testing.T) {
 		{name: "no verb"},
 		{name: "unknown verb", args: []string{"apply-now"}},
 		{name: "two plans", args: []string{"status", "a", "-o", "json", "b"}},
-		{name: "bad output", args: []string{"status", "a", "-o", "yaml"}},
+		{name: "bad output", args: []string{"status", "a", "-o", "xml"}},
 		{name: "unknown flag", args: []string{"status", "--nope"}},
 	}
 	for _, tt := range tests {

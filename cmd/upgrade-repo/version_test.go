@@ -19,6 +19,7 @@ func TestVersion(t *testing.T) {
 		usage bool
 	}{
 		{name: "build info", args: []string{"version"}, want: "upgrade-repo " + bi.Main.Version + "\n"},
+		{name: "--version, as helm and kubectl", args: []string{"--version"}, want: "upgrade-repo " + bi.Main.Version + "\n"},
 		{name: "stray argument", args: []string{"version", "x"}, usage: true},
 	}
 	for _, tt := range tests {
