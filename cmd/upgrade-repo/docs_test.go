@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The README and docs/ show `upgrade-repo ...` command lines in code blocks and inline code. These
@@ -194,8 +196,9 @@ func checkCommand(ctx context.Context, args []string) error {
 		return nil // the bare binary, as in `upgrade-repo` or a usage line
 	}
 	if strings.HasPrefix(args[0], "-") {
-		if args[0] == "-h" || args[0] == "--help" {
-			return nil
+		switch args[0] {
+		case "-h", "--help", "-version", "--version":
+			return nil // the top level's own flags (see run)
 		}
 		return fmt.Errorf("flag %s before a subcommand", args[0])
 	}
@@ -253,6 +256,8 @@ func TestCheckCommand(t *testing.T) {
 		{name: "a flag that does not exist", line: "upgrade-repo upgrade status --no-such-flag", wantErr: "upgrade status has no flag --no-such-flag"},
 		{name: "a flag of another verb", line: "upgrade-repo upgrade pause to-v1-6-0 --iso-url U", wantErr: "upgrade pause has no flag --iso-url"},
 		{name: "a misspelt flag", line: "upgrade-repo serve --lisen 127.0.0.1:8080", wantErr: "serve has no flag --lisen"},
+		{name: "the top level's --version", line: "upgrade-repo --version"},
+		{name: "another flag before a subcommand", line: "upgrade-repo --kubeconfig k upgrade status", wantErr: "flag --kubeconfig before a subcommand"},
 		{name: "an unknown subcommand", line: "upgrade-repo frobnicate --yes", wantErr: `unknown subcommand "frobnicate"`},
 		{name: "an unknown verb", line: "upgrade-repo upgrade explode to-v1-6-0", wantErr: `unknown verb "explode" of upgrade`},
 	}
@@ -260,16 +265,13 @@ func TestCheckCommand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			args, ok := commandArgs(tt.line)
-			if !ok {
-				t.Fatalf("commandArgs(%q): not an upgrade-repo command", tt.line)
-			}
+			require.True(t, ok, "an upgrade-repo command")
 			err := checkCommand(t.Context(), args)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Errorf("checkCommand(%q) = %v, want nil", tt.line, err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("checkCommand(%q) = %v, want an error containing %q", tt.line, err, tt.wantErr)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
 			}
+			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
 }
@@ -293,10 +295,7 @@ func TestExtractCommands(t *testing.T) {
 		{line: 7, args: []string{"iso", "cat", "r.iso", "/x"}},
 		{line: 9, args: []string{"iso", "ls", "-o", "json|text"}},
 	}
-	got := extractCommands(md)
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("extractCommands() = %v, want %v", got, want)
-	}
+	require.Equal(t, want, extractCommands(md))
 }
 
 // TestDocsCommandsExist checks every upgrade-repo command line of README.md and docs/*.md.
@@ -304,27 +303,23 @@ func TestDocsCommandsExist(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	files = append([]string{filepath.Join(root, "README.md")}, files...)
 	total := 0
+	var problems []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rel, _ := filepath.Rel(root, f)
 		for _, c := range extractCommands(string(b)) {
 			total++
 			if err := checkCommand(t.Context(), c.args); err != nil {
-				t.Errorf("%s:%d: upgrade-repo %s: %v", rel, c.line, strings.Join(c.args, " "), err)
+				problems = append(problems, fmt.Sprintf("%s:%d: upgrade-repo %s: %v", rel, c.line, strings.Join(c.args, " "), err))
 			}
 		}
 	}
 	// The README and docs show dozens; finding few means the parser, not the docs, broke.
-	if total < 40 {
-		t.Errorf("found %d upgrade-repo command lines in %d files, want at least 40", total, len(files))
-	}
+	require.Empty(t, problems, "commands the docs show that the binary does not have")
+	require.GreaterOrEqual(t, total, 40, "upgrade-repo command lines found in %d files", len(files))
 	t.Logf("checked %d upgrade-repo command lines in %d files", total, len(files))
 }
