@@ -209,7 +209,7 @@ func TestRetryingClientAnswers(t *testing.T) {
 			tt.fail(srv)
 			err := c.Get(t.Context(), client.ObjectKey{Name: "p"}, &p)
 			switch {
-			case tt.wantErr == errForbidden:
+			case errors.Is(tt.wantErr, errForbidden):
 				require.True(t, apierrors.IsForbidden(err), "%v", err)
 			case tt.wantErr != nil:
 				require.ErrorIs(t, err, tt.wantErr)

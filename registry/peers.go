@@ -130,7 +130,7 @@ func (p *Peers) refuse(m peer.Member, path string, err error) {
 func (p *Peers) fetch(ctx context.Context, m peer.Member, path string, size, limit int64, w io.Writer) (http.Header, error) {
 	wctx, wd := idle.Watch(ctx, p.idle)
 	defer wd.Stop()
-	resp, err := p.do(wctx, http.MethodGet, m, path)
+	resp, err := p.do(wctx, http.MethodGet, m, path) //nolint:bodyclose // closed through body, the watchdog's wrapper of it
 	if err != nil {
 		return nil, wd.Cause(err)
 	}

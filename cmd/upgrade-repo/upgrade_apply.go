@@ -69,7 +69,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.yes, "yes", false, "do not ask before creating the plan (required when stdin is not a terminal)")
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
-	o.kubeOptions.flags(fset)
+	o.flags(fset)
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
 	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.Usage = func() {

@@ -28,7 +28,7 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 	var o planVerbOptions
 	fset := flag.NewFlagSet("upgrade "+verb, flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	o.kubeOptions.flags(fset)
+	o.flags(fset)
 	if extra != nil {
 		extra(fset)
 	}

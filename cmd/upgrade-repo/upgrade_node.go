@@ -25,7 +25,7 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 	fset.SetOutput(a.stderr)
 	fset.StringVar(&o.version, "version", "", "the `Version` to upgrade the node to; default: the Version of the plan that Succeeded last")
 	fset.StringVar(&o.name, "name", "", "the UpgradePlan's `name`; default: VERSION-NODE, dots as dashes")
-	o.kubeOptions.flags(fset)
+	o.flags(fset)
 	fset.Usage = func() {
 		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade node NODE [--version V] [--name PLAN] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
 		fmt.Fprintln(a.stderr, "  creates an UpgradePlan limited to NODE (spec.nodeUpgradeOption.nodes), e.g. for a node a plan skipped, once it is back;")

@@ -47,7 +47,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.SetOutput(a.stderr)
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
-	o.kubeOptions.flags(fset)
+	o.flags(fset)
 	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version's ConfigMap is")
 	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
