@@ -93,30 +93,8 @@ func IsHex(s string) bool {
 // The line naming name is taken, or the only line when there is one; blank lines and lines
 // starting with '#' are skipped.
 func ParseFile(r io.Reader, name string) (Sum, error) {
-	type entry struct{ sum, file string }
-	var entries []entry
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "SHA512 ("); ok {
-			file, sum, ok := strings.Cut(rest, ") = ")
-			if !ok {
-				return Sum{}, fmt.Errorf("line %d %q: want SHA512 (NAME) = HEX: %w", n, line, ErrSyntax)
-			}
-			entries = append(entries, entry{sum, file})
-			continue
-		}
-		f := strings.Fields(line)
-		e := entry{sum: f[0]}
-		if len(f) > 1 {
-			e.file = strings.TrimPrefix(f[1], "*")
-		}
-		entries = append(entries, e)
-	}
-	if err := sc.Err(); err != nil {
+	entries, err := readList(r, "SHA512")
+	if err != nil {
 		return Sum{}, err
 	}
 	pick := -1
@@ -133,4 +111,43 @@ func ParseFile(r io.Reader, name string) (Sum, error) {
 		return Sum{}, fmt.Errorf("no line for %s among %d: %w", name, len(entries), ErrSyntax)
 	}
 	return Parse(entries[pick].sum)
+}
+
+// entry is one line of a checksum list: the digest as written and the file it names ("" when
+// the line gives only a digest).
+type entry struct {
+	sum, file string
+	line      int
+}
+
+// readList reads the lines of a checksum list in sha*sum's form ("HEX  NAME", "HEX *NAME") or
+// BSD's ("ALGO (NAME) = HEX", ALGO being bsd), skipping blank lines and '#' comments. The digests
+// are returned as written, for the caller to parse.
+func readList(r io.Reader, bsd string) ([]entry, error) {
+	var entries []entry
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, bsd+" ("); ok {
+			file, sum, ok := strings.Cut(rest, ") = ")
+			if !ok {
+				return nil, fmt.Errorf("line %d %q: want %s (NAME) = HEX: %w", n, line, bsd, ErrSyntax)
+			}
+			entries = append(entries, entry{sum: sum, file: file, line: n})
+			continue
+		}
+		f := strings.Fields(line)
+		e := entry{sum: f[0], line: n}
+		if len(f) > 1 {
+			e.file = strings.TrimPrefix(f[1], "*")
+		}
+		entries = append(entries, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return entries, nil
 }

@@ -6,5 +6,9 @@
 // same grammar: a checksum one part accepts, every part accepts. ParseFile reads the checksum
 // file published beside an ISO, in sha512sum's form or BSD's.
 //
+// SHA256 is the other digest a release uses: the one its SHA256SUMS gives for each Kubernetes
+// binary (ParseSHA256List), read with the same rules. Digests are compared as these types, never
+// as strings, so that "sha512:HEX", "HEX" and upper-case HEX are the same checksum everywhere.
+//
 // Imports: the standard library only.
 package checksum
