@@ -14,15 +14,13 @@
 //   - is idempotent: a run after a reboot, a killed pod or a retried plan finds the work done
 //     and exits 0.
 //
-// Imports: backoff and the standard library; the kubeadm step is in nodestep/kubeadm.
+// Imports: backoff, checksum and the standard library; the kubeadm step is in nodestep/kubeadm.
 package nodestep
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +34,7 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 )
 
 // Env is what the sequencer tells a node Job through its environment. cmd reads it with
@@ -188,36 +187,25 @@ type Fetcher struct {
 }
 
 // Sums reads the SumsFile of dir (a directory of the release, such as kubernetes/linux-amd64)
-// into a map from file name to lower-case hex sha256.
-func (f *Fetcher) Sums(ctx context.Context, dir string) (map[string]string, error) {
+// into a map from file name to its checksum.
+func (f *Fetcher) Sums(ctx context.Context, dir string) (map[string]checksum.SHA256, error) {
 	var buf bytes.Buffer
 	if err := f.get(ctx, dir+"/"+SumsFile, &limitedWriter{w: &buf, n: 1 << 20}); err != nil {
 		return nil, err
 	}
-	sums := map[string]string{}
-	sc := bufio.NewScanner(&buf)
-	for line := 1; sc.Scan(); line++ {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
-			continue
-		}
-		if len(fields) != 2 || len(fields[0]) != 64 {
-			return nil, fmt.Errorf("%s/%s line %d: want \"SHA256  NAME\"", dir, SumsFile, line)
-		}
-		if _, err := hex.DecodeString(fields[0]); err != nil {
-			return nil, fmt.Errorf("%s/%s line %d: %w", dir, SumsFile, line, err)
-		}
-		sums[strings.TrimPrefix(fields[1], "*")] = strings.ToLower(fields[0])
+	sums, err := checksum.ParseSHA256List(&buf)
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", dir, SumsFile, err)
 	}
 	return sums, nil
 }
 
 // Install fetches the release file src and puts it at dst atomically with mode: it is written
-// beside dst, checked against sum (hex sha256), synced and renamed over dst, so dst is at every
+// beside dst, checked against sum, synced and renamed over dst, so dst is at every
 // moment either the old file or the whole new one. A dst that already has sum is left alone;
 // changed reports whether dst was replaced.
-func (f *Fetcher) Install(ctx context.Context, src, sum, dst string, mode os.FileMode) (changed bool, err error) {
-	if have, err := fileSum(dst); err == nil && have == sum {
+func (f *Fetcher) Install(ctx context.Context, src string, sum checksum.SHA256, dst string, mode os.FileMode) (changed bool, err error) {
+	if have, err := fileSum(dst); err == nil && have.Equal(sum) {
 		return false, nil
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".upgrade-*")
@@ -230,8 +218,8 @@ func (f *Fetcher) Install(ctx context.Context, src, sum, dst string, mode os.Fil
 	if err := f.get(ctx, src, &resetWriter{f: tmp, h: h}); err != nil {
 		return false, fmt.Errorf("install %s: %w", dst, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return false, fmt.Errorf("install %s: %s has sha256 %s, the release says %s: %w", dst, src, got, sum, ErrChecksum)
+	if got, _ := checksum.NewSHA256(h.Sum(nil)); !got.Equal(sum) {
+		return false, fmt.Errorf("install %s: %s has sha256 %s, the release says %s: %w", dst, src, got.Hex(), sum.Hex(), ErrChecksum)
 	}
 	if err := tmp.Chmod(mode); err != nil {
 		return false, fmt.Errorf("install %s: %w", dst, err)
@@ -309,18 +297,14 @@ func (f *Fetcher) getOnce(ctx context.Context, u string, w io.Writer) (retry boo
 	return false, nil
 }
 
-// fileSum is the hex sha256 of the file at p.
-func fileSum(p string) (string, error) {
+// fileSum is the sha256 of the file at p.
+func fileSum(p string) (checksum.SHA256, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return "", err
+		return checksum.SHA256{}, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return checksum.SHA256Of(f)
 }
 
 // resetWriter writes to a file and a hash, and starts both over on reset.

@@ -1,8 +1,6 @@
 package nodestep
 
 import (
-	"crypto/sha256"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 )
 
 func TestEnvFrom(t *testing.T) {
@@ -24,12 +24,13 @@ func TestEnvFrom(t *testing.T) {
 func TestInstall(t *testing.T) {
 	t.Parallel()
 	good := "the release's kubelet"
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(good)))
+	sum, err := checksum.SHA256Of(strings.NewReader(good))
+	require.NoError(t, err)
 	tests := []struct {
 		name    string
 		body    string
 		status  int
-		sum     string
+		sum     checksum.SHA256
 		wantErr string
 		want    string
 		changed bool
@@ -81,9 +82,10 @@ func TestSums(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, body, wantErr string
-		want                map[string]string
+		want                map[string]checksum.SHA256
 	}{
-		{name: "sha256sum output", body: strings.Repeat("a", 64) + "  kubeadm\n" + strings.Repeat("B", 64) + " *kubelet\n", want: map[string]string{"kubeadm": strings.Repeat("a", 64), "kubelet": strings.Repeat("b", 64)}},
+		{name: "sha256sum output", body: strings.Repeat("a", 64) + "  kubeadm\n" + strings.Repeat("B", 64) + " *kubelet\n", want: map[string]checksum.SHA256{
+			"kubeadm": checksum.MustParseSHA256(strings.Repeat("a", 64)), "kubelet": checksum.MustParseSHA256("sha256:" + strings.Repeat("b", 64))}},
 		{name: "short digest", body: "abc  kubeadm\n", wantErr: "line 1"},
 		{name: "not hex", body: strings.Repeat("z", 64) + "  kubeadm\n", wantErr: "line 1"},
 	}

@@ -13,7 +13,7 @@
 // The step runs in a privileged pod that sees the node's / at Step.Root and the node's PID
 // namespace; kubeadm and systemctl run in the node's namespaces through Host.
 //
-// Imports: nodestep, backoff, client-go's types through Cluster, and the standard library.
+// Imports: nodestep, backoff, checksum, client-go's types through Cluster, and the standard library.
 package kubeadm
 
 import (
@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/nodestep"
 )
 
@@ -381,7 +382,7 @@ func (s *Step) binaries(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func (s *Step) install(ctx context.Context, dir string, sums map[string]string, name, dst string, log *slog.Logger) error {
+func (s *Step) install(ctx context.Context, dir string, sums map[string]checksum.SHA256, name, dst string, log *slog.Logger) error {
 	sum, ok := sums[name]
 	if !ok {
 		return fmt.Errorf("the release's %s/%s does not list %s", dir, nodestep.SumsFile, name)
@@ -390,7 +391,7 @@ func (s *Step) install(ctx context.Context, dir string, sums map[string]string, 
 	if err != nil {
 		return err
 	}
-	log.Info("binary", "name", name, "path", strings.TrimPrefix(dst, s.Root), "sha256", sum, "replaced", changed)
+	log.Info("binary", "name", name, "path", strings.TrimPrefix(dst, s.Root), "sha256", sum.Hex(), "replaced", changed)
 	return nil
 }
 
