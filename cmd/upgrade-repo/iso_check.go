@@ -8,10 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"hash"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
 )
@@ -82,7 +82,7 @@ func isoInfo(ctx context.Context, a *app, args []string) error {
 // isoVerify checks every file of an image and, with --checksum, the digest of the whole.
 func isoVerify(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "verify")
-	sum := fset.String("checksum", "", "expected digest of the whole image, sha512:HEX or sha256:HEX")
+	sum := fset.String("checksum", "", "expected digest of the whole image: sha512:HEX (the prefix optional, any case, as everywhere) or sha256:HEX")
 	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(fset, args, 1, 1)
 	if err != nil {
@@ -91,22 +91,10 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
-	var (
-		newHash func() hash.Hash
-		want    []byte
-	)
+	var want isoDigest
 	if *sum != "" {
-		algo, hexd, ok := strings.Cut(*sum, ":")
-		switch {
-		case ok && algo == "sha512":
-			newHash = sha512.New
-		case ok && algo == "sha256":
-			newHash = sha256.New
-		default:
-			return fmt.Errorf("%w: --checksum %q: want sha512:HEX or sha256:HEX", errUsage, *sum)
-		}
-		if want, err = hex.DecodeString(hexd); err != nil || len(want) != newHash().Size() {
-			return fmt.Errorf("%w: --checksum %q: not a %s digest in hex", errUsage, *sum, algo)
+		if want, err = parseISODigest(*sum); err != nil {
+			return err
 		}
 	}
 	im, err := isoOpen(ctx, a, pos[0], *timeout)
@@ -118,17 +106,21 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", isoName(pos[0]), err)
 	}
-	if newHash != nil {
-		got, err := inspect.Digest(ctx, im.ra, im.size, newHash())
+	if !want.isZero() {
+		raw, err := inspect.Digest(ctx, im.ra, im.size, want.newHash())
 		if err != nil {
 			return fmt.Errorf("verify %s: checksum: %w", isoName(pos[0]), err)
 		}
-		rep.Checksum = strings.SplitN(*sum, ":", 2)[0] + ":" + hex.EncodeToString(got)
-		if !slices.Equal(got, want) {
+		got, err := want.of(raw)
+		if err != nil {
+			return fmt.Errorf("verify %s: checksum: %w", isoName(pos[0]), err)
+		}
+		rep.Checksum = got.String()
+		if !got.equal(want) {
 			if *out == "json" {
 				_ = isoJSON(a.stdout, rep)
 			}
-			return fmt.Errorf("verify %s: checksum mismatch: image has %s, expected %s", isoName(pos[0]), rep.Checksum, *sum)
+			return fmt.Errorf("verify %s: checksum mismatch: image has %s, expected %s", isoName(pos[0]), rep.Checksum, want)
 		}
 	}
 	rep.OK = true
@@ -175,4 +167,51 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(a.stdout, "extracted %d files (%d bytes), %d directories, %d symlinks into %s\n",
 		n.Files, n.Bytes, n.Dirs, n.Links, pos[1])
 	return nil
+}
+
+// isoDigest is the digest --checksum asks for: the image's SHA-512, read by checksum.Parse as
+// every other part of the product reads it (sha512:HEX or the bare HEX, in any case), or its
+// SHA-256 (sha256:HEX), which an image's publisher may give instead. One of the two is set.
+type isoDigest struct {
+	sha512 checksum.Sum
+	sha256 checksum.SHA256
+}
+
+func parseISODigest(s string) (isoDigest, error) {
+	if c, err := checksum.Parse(s); err == nil {
+		return isoDigest{sha512: c}, nil
+	}
+	if c, err := checksum.ParseSHA256(s); err == nil {
+		return isoDigest{sha256: c}, nil
+	}
+	return isoDigest{}, fmt.Errorf("%w: --checksum %q: want sha512:HEX (or its 128 hex digits alone) or sha256:HEX", errUsage, s)
+}
+
+func (d isoDigest) isZero() bool { return d.sha512.IsZero() && d.sha256.IsZero() }
+
+// newHash returns the hash d is a sum of.
+func (d isoDigest) newHash() hash.Hash {
+	if !d.sha256.IsZero() {
+		return sha256.New()
+	}
+	return sha512.New()
+}
+
+// of returns raw, the sum of d's hash, as a digest of d's kind.
+func (d isoDigest) of(raw []byte) (isoDigest, error) {
+	if !d.sha256.IsZero() {
+		c, err := checksum.NewSHA256(raw)
+		return isoDigest{sha256: c}, err
+	}
+	c, err := checksum.Parse(hex.EncodeToString(raw))
+	return isoDigest{sha512: c}, err
+}
+
+func (d isoDigest) equal(o isoDigest) bool { return d.sha512.Equal(o.sha512) && d.sha256.Equal(o.sha256) }
+
+func (d isoDigest) String() string {
+	if !d.sha256.IsZero() {
+		return d.sha256.String()
+	}
+	return d.sha512.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
@@ -104,7 +105,7 @@ func TestISOCommands(t *testing.T) {
 			want: []string{"volume id:   ISOIMAGE", "trees:       primary, joliet, rockridge (reading rockridge)", "rock ridge:  RRIP_1991A", "entries:     26"}},
 		{name: "verify", args: []string{"verify", image}, want: []string{"ok: 8 files (20077 bytes in 7 extents), 17 directories, 2 symlinks"}},
 		{name: "verify wrong checksum", args: []string{"verify", "--checksum", "sha512:" + strings.Repeat("00", 64), image}, wantErr: "checksum mismatch"},
-		{name: "verify bad checksum", args: []string{"verify", "--checksum", "md5:00", image}, wantErr: "want sha512:HEX", usage: true},
+		{name: "verify bad checksum", args: []string{"verify", "--checksum", "md5:00", image}, wantErr: "want sha512:HEX (or its 128 hex digits alone) or sha256:HEX", usage: true},
 		{name: "not an image", args: []string{"info", filepath.Join(src, "bin/run.sh")}, wantErr: "too small"},
 		{name: "no image", args: []string{"info", filepath.Join(src, "missing.iso")}, wantErr: "no such file"},
 		{name: "unknown command", args: []string{"frob", image}, wantErr: "unknown iso command", usage: true},
@@ -188,6 +189,21 @@ func TestISOJSON(t *testing.T) {
 	var rep inspect.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	require.Equal(t, inspect.Report{Files: 8, Dirs: 17, Links: 2, Bytes: 20077, Extents: 7, Checksum: "sha512:" + hex.EncodeToString(sum[:]), OK: true}, rep)
+
+	// --checksum takes every spelling the checksum package reads, as a Version or a plan does.
+	sum256 := sha256.Sum256(data)
+	for _, c := range []string{
+		hex.EncodeToString(sum[:]),
+		strings.ToUpper(hex.EncodeToString(sum[:])),
+		"SHA512:" + hex.EncodeToString(sum[:]),
+		"sha256:" + hex.EncodeToString(sum256[:]),
+	} {
+		out, _, err = runISOTest(t, "verify", "--checksum", c, image)
+		require.NoError(t, err, c)
+		require.Contains(t, out, "checksum ok: ", c)
+	}
+	_, _, err = runISOTest(t, "verify", "--checksum", "sha256:"+strings.Repeat("00", 32), image)
+	require.ErrorContains(t, err, "checksum mismatch")
 }
 
 func TestISOExtract(t *testing.T) {
