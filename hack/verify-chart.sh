@@ -2,7 +2,7 @@
 # verify-chart.sh [verify|update|tools]: checks the Helm chart and the kustomize manifests.
 #   verify (default): helm lint; renders the chart with several value sets and checks what each
 #                     must and must not contain; checks that the chart README (helm-docs), the
-#                     chart's links to the generated CRDs and RBAC rules and the rendered
+#                     chart's copies of the generated CRDs and RBAC rules and the rendered
 #                     manifests/ are up to date.
 #   update:           regenerates all of those.
 #   tools:            installs the pinned helm and helm-docs into bin/ and prints helm's path.
@@ -38,40 +38,43 @@ iso=(--set release.isoURL=https://releases.example.invalid/release.iso --set "re
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The generated files the chart ships (controller-gen's CRDs and ClusterRole rules) are symbolic
-# links into manifests/, so they can never drift; helm follows them and `helm package` stores the
-# linked contents. Only the set of links needs keeping in step with what controller-gen writes.
-links() { # links: prints "PATH-IN-CHART TARGET" for every link the chart should hold
+# The generated files the chart ships (controller-gen's CRDs and ClusterRole rules) are copies of
+# manifests/, made by `update` and compared byte for byte by `verify`, so they cannot drift. They
+# are copies, not symbolic links: helm prints "found symbolic link in path" on every command that
+# reads a chart holding links, which is noise for every operator who installs it.
+copies() { # copies: prints "PATH-IN-CHART SOURCE" for every copy the chart should hold
   local f c
   for f in manifests/crd/*.yaml; do
-    [ -e "$f" ] && echo "crds/$(basename "$f") ../../../$f"
+    [ -e "$f" ] && echo "crds/$(basename "$f") $f"
   done
   for c in agent sequencer; do
-    [ -f "manifests/rbac/$c/role.yaml" ] && echo "files/$c-role.yaml ../../../manifests/rbac/$c/role.yaml"
+    [ -f "manifests/rbac/$c/role.yaml" ] && echo "files/$c-role.yaml manifests/rbac/$c/role.yaml"
   done
   true
 }
-have_links() { # have_links: prints the same for the links the chart holds
-  local f
-  for f in "$chart"/crds/* "$chart"/files/*; do
-    [ -e "$f" ] || [ -L "$f" ] || continue
-    [ -L "$f" ] || { echo "${f#"$chart"/} (not a link)"; continue; }
-    echo "${f#"$chart"/} $(readlink "$f")"
-  done
-}
-sync_links() {
+sync_copies() {
   rm -rf "$chart/crds" "$chart/files"
   mkdir -p "$chart/crds" "$chart/files"
-  local p target
-  while read -r p target; do ln -s "$target" "$chart/$p"; done < <(links)
+  local p src
+  while read -r p src; do cp "$src" "$chart/$p"; done < <(copies)
 }
-# helm notes every link it follows on stderr; that is expected here.
-helmq() { "$helm" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
+check_copies() { # check_copies: fails naming each copy that is missing, extra, a link or stale
+  local p src f bad=0 want
+  want=$(copies)
+  while read -r p src; do
+    if [ -L "$chart/$p" ] || ! cmp -s "$src" "$chart/$p"; then echo "verify-chart: $chart/$p is not a copy of $src" >&2; bad=1; fi
+  done <<<"$want"
+  for f in "$chart"/crds/* "$chart"/files/*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    grep -qF "${f#"$chart"/} " <<<"$want" || { echo "verify-chart: $f copies nothing in manifests/" >&2; bad=1; }
+  done
+  return "$bad"
+}
 
-# The kustomize base is the chart rendered with its defaults, minus Helm's own labels, with the
-# gossip key left to a Secret the user creates (a random key cannot live in a static manifest) and
-# the agents' node policy (ValidatingAdmissionPolicy, Kubernetes 1.30 and later). Its RBAC is the
-# chart's too: the generated roles hold Roles for namespaces that only the chart's values map to
+# The kustomize base is the chart rendered with its defaults (agents that follow the UpgradePlans,
+# no fixed release ISO), minus Helm's own labels, with the gossip key left to a Secret the user
+# creates (a random key cannot live in a static manifest) and the agents' node policy
+# (ValidatingAdmissionPolicy, Kubernetes 1.30 and later). Its RBAC is the chart's too: the generated roles hold Roles for namespaces that only the chart's values map to
 # real ones (and that may not exist, such as system-upgrade-controller's), so manifests/rbac cannot
 # be applied as it is.
 render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DIR/kustomization.yaml
@@ -90,9 +93,9 @@ render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DI
   } > "$1/kustomization.yaml"
   {
     echo "# Rendered from charts/upgrade-repo with its default values by hack/verify-chart.sh update."
-    echo "# Do not edit: change the chart and regenerate. Patch the agent's --iso-url and --iso-checksum"
-    echo "# (placeholders here) to name your release ISO."
-    helmq template upgrade-repo "$chart" --namespace upgrade-repo-system "${iso[@]}" \
+    echo "# Do not edit: change the chart and regenerate. The agents follow the UpgradePlans, as the"
+    echo "# chart's agents do; the Secret upgrade-repo-gossip (its entry \"key\") is yours to create."
+    "$helm" template upgrade-repo "$chart" --namespace upgrade-repo-system \
       --set gossip.existingSecret=upgrade-repo-gossip \
       --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy |
       grep -v -e '^ *helm.sh/chart:' -e '^ *app.kubernetes.io/managed-by:'
@@ -100,16 +103,16 @@ render_manifests() { # render_manifests DIR: writes DIR/upgrade-repo.yaml and DI
 }
 
 if [ "$mode" = update ]; then
-  sync_links
+  sync_copies
   "$helm_docs" --chart-search-root "$chart" --template-files README.md.gotmpl >/dev/null 2>&1 || fail "helm-docs failed"
   render_manifests manifests
-  echo "verify-chart: chart README, links to generated files and manifests/ updated" >&2
+  echo "verify-chart: chart README, copies of generated files and manifests/ updated" >&2
   exit 0
 fi
 [ "$mode" = verify ] || fail "unknown mode $mode (verify, update or tools)"
 
 # 1. The chart's copies of generated files and its README are current.
-diff -u <(links | sort) <(have_links | sort) >&2 || fail "the links in $chart/crds and $chart/files do not match manifests/: run hack/verify-chart.sh update"
+check_copies || fail "the copies in $chart/crds and $chart/files do not match manifests/: run hack/verify-chart.sh update"
 cp -rL "$chart" "$work/chart"
 "$helm_docs" --chart-search-root "$work/chart" --template-files README.md.gotmpl >/dev/null 2>&1
 diff -u "$chart/README.md" "$work/chart/README.md" >&2 || fail "$chart/README.md is stale: run hack/verify-chart.sh update"
@@ -120,8 +123,8 @@ for f in kustomization.yaml upgrade-repo.yaml; do
 done
 
 # 2. Lint with the defaults and with every feature switched on.
-helmq lint --strict "$chart" "${iso[@]}" >/dev/null || { helmq lint --strict "$chart" "${iso[@]}" >&2; fail "helm lint failed"; }
-helmq lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set sequencer.enabled=false \
+"$helm" lint --strict "$chart" "${iso[@]}" >/dev/null || { "$helm" lint --strict "$chart" "${iso[@]}" >&2; fail "helm lint failed"; }
+"$helm" lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set sequencer.enabled=false \
   --set rbac.create=false >/dev/null || fail "helm lint with a fixed key, no sequencer, no ClusterRoles failed"
 
 # --- Gossip key stability (issue 11, item 4) -------------------------------------------------
@@ -129,15 +132,15 @@ helmq lint --strict "$chart" "${iso[@]}" --set gossip.key=0123456789abcdef --set
 # generates: a new one at every render would split the ring of agents restarted in between. So
 # such a render fails unless gossip.key or gossip.existingSecret is given; a given key is used as
 # it is, the same at every render. (helm lint reports the failure as INFO and passes.)
-if out=$(helmq template t "$chart" --namespace ns "${iso[@]}" 2>&1); then
+if out=$("$helm" template t "$chart" --namespace ns "${iso[@]}" 2>&1); then
   fail "render without a gossip key and without a cluster should have failed"
 fi
 grep -q 'gossip.key or gossip.existingSecret is required' <<<"$out" ||
   fail "render without a gossip key failed without saying why: $out"
 keyed=(--namespace ns "${iso[@]}" --set gossip.key=0123456789abcdef0123456789abcdef --show-only templates/gossip-secret.yaml)
-[ "$(helmq template t "$chart" "${keyed[@]}")" = "$(helmq template t "$chart" "${keyed[@]}")" ] ||
+[ "$("$helm" template t "$chart" "${keyed[@]}")" = "$("$helm" template t "$chart" "${keyed[@]}")" ] ||
   fail "the gossip Secret differs between two renders with the same key"
-helmq template t "$chart" --namespace ns "${iso[@]}" --set gossip.existingSecret=k >/dev/null ||
+"$helm" template t "$chart" --namespace ns "${iso[@]}" --set gossip.existingSecret=k >/dev/null ||
   fail "render with gossip.existingSecret and without a cluster failed"
 # The renders below have no cluster either: they give a key.
 iso+=(--set gossip.key=0123456789abcdef0123456789abcdef)
@@ -146,7 +149,7 @@ iso+=(--set gossip.key=0123456789abcdef0123456789abcdef)
 # 3. Render value sets and check what each must (and must not) contain.
 render() { # render NAME ARGS...: renders into $work/NAME.yaml
   local name=$1; shift
-  helmq template t "$chart" --namespace ns "${iso[@]}" "$@" > "$work/$name.yaml" || fail "render $name failed"
+  "$helm" template t "$chart" --namespace ns "${iso[@]}" "$@" > "$work/$name.yaml" || fail "render $name failed"
 }
 has() { grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: expected a line matching '$2'"; }
 hasnt() { ! grep -qE -- "$2" "$work/$1.yaml" || fail "render $1: unexpected line matching '$2'"; }
@@ -328,7 +331,7 @@ hasnt norbac '^kind: (Cluster)?Role$'
 cp -rL "$chart" "$work/unmapped"
 printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: upgrade-repo-sequencer\n  namespace: elsewhere\nrules:\n- apiGroups: [""]\n  resources: [secrets]\n  verbs: [get]\n' \
   >> "$work/unmapped/files/sequencer-role.yaml"
-if out=$(helmq template t "$work/unmapped" "${iso[@]}" --set gossip.key=0123456789abcdef 2>&1); then
+if out=$("$helm" template t "$work/unmapped" "${iso[@]}" --set gossip.key=0123456789abcdef 2>&1); then
   fail "a generated Role in an unmapped namespace rendered"
 fi
 grep -q 'Role in namespace "elsewhere", which templates/_rbac.tpl' <<<"$out" || fail "unmapped Role: unexpected failure: $out"
@@ -359,7 +362,7 @@ grep -q '^kind: ValidatingAdmissionPolicy$' manifests/upgrade-repo.yaml || fail 
 # 4. Bad values fail with a clear message instead of rendering something broken.
 refuse() { # refuse WANT ARGS...: the render must fail and say WANT
   local want=$1; shift
-  if out=$(helmq template t "$chart" "$@" 2>&1); then fail "render with $* should have failed"; fi
+  if out=$("$helm" template t "$chart" "$@" 2>&1); then fail "render with $* should have failed"; fi
   grep -q -- "$want" <<<"$out" || fail "render with $* failed without saying '$want': $out"
 }
 refuse 'release.isoURL is required' --set release.isoChecksum=sha512:00
@@ -369,9 +372,25 @@ refuse 'monitoring.coreos.com/v1' "${iso[@]}" --set serviceMonitor.enabled=true
 refuse 'monitoring.coreos.com/v1' "${iso[@]}" --set monitoring.rules.enabled=true
 refuse 'monitoring.dashboard.label is required' "${iso[@]}" --set monitoring.dashboard.enabled=true --set monitoring.dashboard.label=
 
-# 5. The kustomize base builds, when a kustomize is at hand.
-if command -v kubectl >/dev/null 2>&1 && kubectl kustomize --help >/dev/null 2>&1; then
-  kubectl kustomize manifests > "$work/kustomized.yaml" || fail "kubectl kustomize manifests failed"
-  grep -q 'kind: DaemonSet' "$work/kustomized.yaml" || fail "kustomize output lacks the agent DaemonSet"
+# 5. The kustomize base builds, when a kustomize is at hand, and its agents are the chart's
+# defaults': they follow the UpgradePlans (no --iso-url), as `helm install` without values gives.
+! grep -q -- '--iso-url\|--iso-checksum' manifests/upgrade-repo.yaml ||
+  fail "manifests/upgrade-repo.yaml pins the agents to one ISO; the chart's defaults follow the plans"
+kubectl=${KUBECTL:-$(command -v kubectl || true)}
+[ -n "$kubectl" ] || [ ! -x "$HOME/.cache/kind-offline/bin/kubectl" ] || kubectl=$HOME/.cache/kind-offline/bin/kubectl
+if [ -n "$kubectl" ] && "$kubectl" kustomize --help >/dev/null 2>&1; then
+  "$kubectl" kustomize manifests > "$work/kustomized.yaml" || fail "kubectl kustomize manifests failed"
+  # The chart's defaults, written out by the same kustomize so that both are in one form.
+  mkdir -p "$work/chartdefaults"
+  "$helm" template upgrade-repo "$chart" --namespace upgrade-repo-system --set gossip.existingSecret=upgrade-repo-gossip \
+    "${vap[@]}" > "$work/chartdefaults/chart.yaml" || fail "render of the chart's defaults failed"
+  printf 'resources:\n  - chart.yaml\n' > "$work/chartdefaults/kustomization.yaml"
+  "$kubectl" kustomize "$work/chartdefaults" > "$work/chartdefaults.yaml" || fail "kubectl kustomize of the chart's defaults failed"
+  ds() { # ds FILE: the agent DaemonSet of FILE, without Helm's own labels
+    awk '/^---/ { if (d) exit; buf = ""; next } { buf = buf $0 "\n" } /^kind: DaemonSet$/ { d = 1 }
+      END { if (d) printf "%s", buf }' "$1" | grep -v -e 'helm.sh/chart:' -e 'app.kubernetes.io/managed-by:'; }
+  [ -n "$(ds "$work/kustomized.yaml")" ] || fail "kustomize output lacks the agent DaemonSet"
+  diff -u <(ds "$work/chartdefaults.yaml") <(ds "$work/kustomized.yaml") >&2 ||
+    fail "the agents of kubectl apply -k manifests differ from the chart's defaults"
 fi
 echo "verify-chart: chart lints, renders and is up to date" >&2
