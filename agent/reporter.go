@@ -113,7 +113,8 @@ func (r *reporter) once(ctx context.Context, now time.Time) error {
 }
 
 // asPlanWrites returns the ISO checksum sum written as the plans write it, when one of them holds
-// that ISO: the sequencer compares the strings, and a plan may write "sha512:HEX" or HEX.
+// that ISO, so that the RepoNode names the ISO in the plan's words ("sha512:HEX" or HEX). It is
+// for the reader only: the sequencer compares checksums with checksum.Same, whatever the spelling.
 func (r *reporter) asPlanWrites(sum string) string {
 	c, err := checksum.Parse(sum)
 	if err != nil {

@@ -81,6 +81,19 @@ func (c Sum) String() string {
 // Equal reports whether two checksums are the same.
 func (c Sum) Equal(o Sum) bool { return c == o }
 
+// Same reports whether a and b, as an API object writes them, name the same checksum: both
+// parse and are equal, so "sha512:HEX", "HEX" and upper-case HEX are the same; or neither parses
+// and the texts are equal, so that a report about an unusable checksum still matches the plan
+// that wrote it.
+func Same(a, b string) bool {
+	x, xerr := Parse(a)
+	y, yerr := Parse(b)
+	if xerr != nil || yerr != nil {
+		return xerr != nil && yerr != nil && a == b
+	}
+	return x.Equal(y)
+}
+
 // IsHex reports whether s is a digest in the form Hex returns: 128 lower-case hex digits and
 // nothing else.
 func IsHex(s string) bool {

@@ -73,6 +73,28 @@ func TestSum(t *testing.T) {
 	require.Panics(t, func() { checksum.MustParse("sha512:") })
 }
 
+func TestSame(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, a, b string
+		want       bool
+	}{
+		{name: "prefixed and bare", a: "sha512:" + lower, b: lower, want: true},
+		{name: "upper and lower case", a: "SHA512:" + strings.ToUpper(lower), b: lower, want: true},
+		{name: "different digests", a: lower, b: strings.Repeat("f", 128)},
+		{name: "one unusable", a: "md5:1234", b: lower},
+		{name: "the same unusable text", a: "md5:1234", b: "md5:1234", want: true},
+		{name: "both empty", a: "", b: "", want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, checksum.Same(tt.a, tt.b))
+			require.Equal(t, tt.want, checksum.Same(tt.b, tt.a))
+		})
+	}
+}
+
 func TestParseFile(t *testing.T) {
 	t.Parallel()
 	other := strings.Repeat("f", 128)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
 )
 
 // Config tunes Decide.
@@ -393,7 +394,7 @@ func (d *decider) report(node string) (*v1beta1.RepoNodeStatus, string, bool) {
 	if rn == nil {
 		return nil, "no report from the agent", false
 	}
-	if want := d.st.Agents.ISOChecksum; want != "" && rn.ISO.Checksum != want {
+	if want := d.st.Agents.ISOChecksum; want != "" && !checksum.Same(rn.ISO.Checksum, want) {
 		return rn, "the agent works on another ISO", false
 	}
 	if d.cfg.HeartbeatTimeout > 0 && d.now.Sub(rn.HeartbeatTime.Time) > d.cfg.HeartbeatTimeout {

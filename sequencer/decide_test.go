@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,6 +221,16 @@ func TestDecide(t *testing.T) {
 				o.RepoNodes["cp-2"].ISO.Checksum = "old"
 			}),
 			want: want{phase: v1beta1.PhaseISODownloading, progressing: "ISODownloading"},
+		},
+		{
+			// The agents may write the plan's checksum as its bare hex, in either case: it is the
+			// same ISO, compared as a checksum and not as text.
+			name: "an agent that spells the ISO's checksum otherwise is on the same ISO", o: obs(v1beta1.PhaseISODownloading, func(o *sequencer.Observation) {
+				o.RepoNodes["cp-2"].ISO.Checksum = strings.TrimPrefix(testChecksum, "sha512:")
+				o.RepoNodes["w-1"].ISO.Checksum = strings.ToUpper(strings.TrimPrefix(testChecksum, "sha512:"))
+				o.RepoNodes["w-2"].ISO.Checksum = "SHA512:" + strings.ToUpper(strings.TrimPrefix(testChecksum, "sha512:"))
+			}),
+			want: want{phase: v1beta1.PhaseISODownloaded, actions: []sequencer.Action{{Kind: sequencer.ActionRecordDownloaded}}},
 		},
 		{name: "repo without endpoints waits", o: obs(v1beta1.PhaseRepoCreating), want: want{phase: v1beta1.PhaseRepoCreating, progressing: "RepoNotReady"}},
 		{name: "repo ready", o: obs(v1beta1.PhaseRepoCreating, func(o *sequencer.Observation) { o.ReadyEndpoints = 2 }), want: want{phase: v1beta1.PhaseRepoCreated}},
@@ -466,6 +477,17 @@ func TestDecide(t *testing.T) {
 		{
 			name: "pre-flight: a node holding the ISO needs room for the images only", o: initializing(7<<30, 6<<30, func(o *sequencer.Observation) {
 				o.RepoNodes["cp-1"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISOReady}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Len(t, d.Status.Warnings, 3, "the three other nodes have room for the ISO, perhaps not the images: %q", d.Status.Warnings)
+				for _, w := range d.Status.Warnings {
+					require.NotContains(t, w, "cp-1")
+				}
+			}},
+		},
+		{
+			name: "pre-flight: a node holding the ISO under another spelling of its checksum needs room for the images only", o: initializing(7<<30, 6<<30, func(o *sequencer.Observation) {
+				o.RepoNodes["cp-1"].ISO = v1beta1.RepoNodeISO{Checksum: strings.ToUpper(strings.TrimPrefix(testChecksum, "sha512:")), State: v1beta1.ISOReady}
 			}),
 			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
 				require.Len(t, d.Status.Warnings, 3, "the three other nodes have room for the ISO, perhaps not the images: %q", d.Status.Warnings)

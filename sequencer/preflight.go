@@ -136,7 +136,7 @@ func (d *decider) preflight() (warnings, blocking []string) {
 			continue
 		}
 		var need int64
-		if rn.ISO.Checksum != want || rn.ISO.State != v1beta1.ISOReady {
+		if !checksum.Same(rn.ISO.Checksum, want) || rn.ISO.State != v1beta1.ISOReady {
 			need = size
 		}
 		where := rn.Cache.Path
