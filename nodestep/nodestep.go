@@ -237,33 +237,27 @@ func (f *Fetcher) Install(ctx context.Context, src string, sum checksum.SHA256, 
 	return true, nil
 }
 
-// get writes the release file p to w, retrying a failing request from the start. A writer
-// that is a resetter is reset before every new attempt.
+// get writes the release file p to w, retrying a failing request from the start under
+// backoff.Retry. A writer that is a resetter is reset before every attempt.
 func (f *Fetcher) get(ctx context.Context, p string, w io.Writer) error {
 	attempts := f.Attempts
 	if attempts <= 0 {
 		attempts = 5
 	}
 	u := strings.TrimRight(f.RepoURL, "/") + "/" + strings.TrimLeft(p, "/")
-	retry := backoff.Policy{Initial: 2 * time.Second, Jitter: 0.2}.Start()
-	var err error
-	for attempt := range attempts {
-		if attempt > 0 {
-			if werr := retry.Wait(ctx); werr != nil {
-				return fmt.Errorf("get %s: %w (last error: %w)", p, werr, err)
-			}
-		}
+	policy := backoff.Policy{Initial: 2 * time.Second, Jitter: 0.2, Attempts: attempts}
+	err := backoff.Retry(ctx, policy, func(ctx context.Context) error {
 		if r, ok := w.(interface{ reset() error }); ok {
-			if rerr := r.reset(); rerr != nil {
-				return fmt.Errorf("get %s: %w", p, rerr)
+			if err := r.reset(); err != nil {
+				return backoff.Permanent(err)
 			}
 		}
-		var retry bool
-		retry, err = f.getOnce(ctx, u, w)
-		if err == nil || !retry {
-			break
+		retry, err := f.getOnce(ctx, u, w)
+		if err != nil && !retry {
+			return backoff.Permanent(err)
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("get %s from the node's agent: %w", p, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,6 +77,21 @@ func TestInstall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A file the release does not have is asked for once, not once an attempt: only answers that
+// backoff.RetryableStatus names are asked again.
+func TestGetDoesNotRetryNotFound(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	_, err := (&Fetcher{RepoURL: srv.URL}).Sums(t.Context(), "kubernetes/linux-amd64")
+	require.ErrorContains(t, err, "the release has no such file")
+	require.EqualValues(t, 1, hits.Load())
 }
 
 func TestSums(t *testing.T) {
