@@ -337,21 +337,23 @@ func (a *Agent) join(ctx context.Context) {
 	if len(a.seeds) == 0 {
 		return
 	}
-	retry := backoff.Policy{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}.Start()
-	for {
+	// Retried until it joins or ctx ends: the error Retry returns then is ctx's, not worth a log.
+	_ = backoff.Retry(ctx, backoff.Policy{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.2}, func(ctx context.Context) error {
 		n, err := a.gossip.Join(ctx, a.seeds)
-		if err == nil && (n > 0 || len(a.gossip.Members()) > 1) {
-			a.log.Info("joined the gossip ring", "contacted", n, "members", len(a.gossip.Members()))
-			return
-		}
 		if err != nil {
 			a.log.Debug("join gossip ring", "err", err)
+			return err
 		}
-		if retry.Wait(ctx) != nil {
-			return
+		if n == 0 && len(a.gossip.Members()) <= 1 {
+			return errNoSeedAnswered
 		}
-	}
+		a.log.Info("joined the gossip ring", "contacted", n, "members", len(a.gossip.Members()))
+		return nil
+	})
 }
+
+// errNoSeedAnswered is join's reason to try again when no seed could be contacted.
+var errNoSeedAnswered = errors.New("no seed answered")
 
 // verifier returns the chunk check of the held ISO with the given sha512, or nil.
 func (a *Agent) verifier(sha512 string) *chunks.Verifier {

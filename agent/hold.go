@@ -217,6 +217,7 @@ func (a *Agent) acquireISO(ctx context.Context, w wanted) (string, checksum.Sum,
 			}
 		})
 	}
+	// A loop of its own, not backoff.Retry: the wait's bound depends on each failure's kind.
 	retry := backoff.Policy{Initial: time.Second, Jitter: 0.2}.Start()
 	for {
 		l, err := a.fetch.Fetch(ctx, req, progress)

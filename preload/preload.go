@@ -166,21 +166,18 @@ func (p *Preloader) Plan(ctx context.Context, meta fs.FS) (*Plan, error) {
 	return plan, err
 }
 
-// retryTransient runs f until it succeeds, fails with an error that is not ErrTransient, or
-// fails transiently for longer than the retry time.
+// retryTransient runs f under backoff.Retry until it succeeds, fails with an error that is not
+// ErrTransient, or fails transiently for longer than the retry time.
 func (p *Preloader) retryTransient(ctx context.Context, what string, f func() error) error {
-	s := p.retry.Start()
-	for {
+	return backoff.Retry(ctx, p.retry, func(ctx context.Context) error {
 		err := f()
 		if err == nil || !errors.Is(err, ErrTransient) || ctx.Err() != nil {
-			return err
+			return backoff.Permanent(err)
 		}
 		p.log.Info("retrying", "step", what, "err", err)
 		p.m.retries.Inc()
-		if werr := s.Wait(ctx); werr != nil {
-			return fmt.Errorf("%w: %w", werr, err)
-		}
-	}
+		return err
+	})
 }
 
 // Run preloads the release whose bundle and image lists are in meta: it plans, imports the
@@ -277,6 +274,7 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 // retried for ever. The stream itself resumes inside resumer.
 func (p *Preloader) importStep(ctx context.Context, i int, s Step) error {
 	log := p.log.With("archive", s.Name())
+	// A loop of its own, not backoff.Retry: progress starts the streak over (Backoff.Reset).
 	retry := p.retry.Start()
 	var furthest int64
 	for n := 1; ; n++ {

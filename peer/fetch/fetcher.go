@@ -173,6 +173,8 @@ func (f *Fetcher) chunkSizeFor(sha string) int64 {
 // answers, else from what peers advertise (a wrong size from a peer only fails the final sha512).
 // A failing origin is retried as WithRetry says, as long as no peer holds the ISO.
 func (f *Fetcher) discover(ctx context.Context, req Request, progress func(Progress)) (size, chunk int64, ranges bool, err error) {
+	// A loop of its own, not backoff.Retry: a peer that comes to hold the ISO ends the wait as
+	// well as the origin's answer, and each failure is counted, logged and shown as it happens.
 	retry := f.retryPolicy().Start()
 	for attempt := 1; ; attempt++ {
 		chunk := f.chunkSizeFor(req.SHA512)
