@@ -31,8 +31,11 @@ const (
 	// gcFillFile takes the host disk past the kubelet's high threshold while the test watches;
 	// on the node's /var, which is the host disk as is /var/lib/containerd.
 	gcFillFile = "/var/lib/upgrade-repo-e2e/gc-fill"
-	// gcWait covers two passes of the kubelet's image garbage collection (every 5 minutes).
-	gcWait = 8 * time.Minute
+	// gcWait covers two full passes of the kubelet's image garbage collection (every 5 minutes
+	// from the kubelet's start): the first pass after the import may come before the kubelet
+	// has seen the image (seen on kind: 0 bytes eligible at the first pass, the image removed
+	// at the next, 5 minutes later).
+	gcWait = 11 * time.Minute
 )
 
 // pinsHonouredSince is the first containerd that reports io.cri-containerd.pinned to the kubelet.
