@@ -10,6 +10,6 @@
 // served (see package chunks); a chunk found damaged is refused, and the next start hashes the
 // copy again and fetches what changed.
 //
-// Imports: checksum, chunks, peer, peer/inventory, peer/cache, peer/fetch, redact; never repo, preload, the
+// Imports: checksum, chunks, peer, peer/inventory, peer/cache, peer/fetch; never repo, preload, the
 // sequencer or a technology adapter, and never the commands.
 package acquire

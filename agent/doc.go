@@ -41,4 +41,9 @@
 // The agent decides; it owns no technology. It must not import containerd or memberlist (their
 // adapters, preload/containerd and peer/memberlist, are built by the command and handed in behind
 // preload.Store and the Gossip interface), nor the commands.
+//
+// Imports: api, sequencer/report (the plans' instructions), peer, peer/inventory, peer/cache,
+// peer/fetch, peer/serve, chunks, checksum, iso, isorepo, repo, registry, release, preload,
+// nodestep (the step's reports), backoff, idle, printable and redact; never its adapters
+// (preload/containerd, peer/memberlist), which are handed in, nor the sequencer.
 package agent

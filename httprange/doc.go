@@ -9,5 +9,5 @@
 // peer, the repo's checks, the preload's HTTP source, the sequencer's size preflight) uses this
 // package; net/http's own ServeContent, which parses Range for the repo, is the one exception.
 //
-// Imports: redact and the standard library only.
+// Imports: backoff, idle, redact and the standard library only.
 package httprange

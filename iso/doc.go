@@ -18,6 +18,6 @@
 // image is bounded: a damaged or hostile image yields a *FormatError that says what is wrong and
 // at which byte offset, never a panic, a hang or an allocation larger than the image justifies.
 //
-// Imports: nothing of this module but itself, so that it can serve any program (depguard rule
-// iso, boundary test).
+// Imports: the standard library only; nothing of this module but itself, so that it can serve
+// any program (depguard rule iso, boundary test).
 package iso

@@ -7,6 +7,8 @@
 // scripts. Everything relative (ages, elapsed times) is computed against the now handed to New,
 // so that the output is a function of its inputs. The package knows only the API types: the
 // cluster's nodes, and so the upgrade order, are handed in by the caller.
+//
+// Imports: api and printable; never the sequencer, planctl or the commands.
 package planview
 
 import (

@@ -12,6 +12,6 @@
 // Prometheus metrics with the prefix upgrade_repo_preload_ and as a Status value an agent can
 // report. The only adapter that talks to containerd is the child package preload/containerd.
 //
-// Imports: release (the bundle's layout), redact; never containerd (preload/containerd is its
+// Imports: release (the bundle's layout), backoff, httprange, idle, redact; never containerd (preload/containerd is its
 // adapter), peer, repo, the sequencer or the commands.
 package preload

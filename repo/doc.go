@@ -14,7 +14,7 @@
 // the connection itself, with the bytes net/http would send, and leaves every other request to
 // net/http.
 //
-// Imports: release and the standard library's HTTP; never iso, acquire, preload, peer, the
+// Imports: release, httprange and the standard library's HTTP; never iso, acquire, preload, peer, the
 // sequencer, api, policy or chunks (depguard rule repo, boundary test): a range check is handed
 // in as a function (WithRangeCheck).
 package repo

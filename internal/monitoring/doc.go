@@ -6,4 +6,6 @@
 //
 // It has no code of its own: it is a package so that Prometheus' parsers, a large module, are a
 // dependency of these tests only and never of the binary.
+//
+// Imports: the standard library only, in its tests.
 package monitoring

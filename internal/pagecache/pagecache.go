@@ -8,6 +8,8 @@
 // page costs a fault in the host, several times the copy into it. Dropping the pages behind the
 // writes lets the next writes reuse their memory. Dropping is advice: pages still dirty, being
 // written back or mapped stay, and no byte is lost.
+//
+// Imports: the standard library only.
 package pagecache
 
 import (

@@ -6,6 +6,8 @@
 // weighs its threads against the others of the cgroup under the CPU scheduler, and the I/O class
 // is honoured by the BFQ scheduler and by cgroup v2's io.prio.class; the cgroup's own limits
 // (a pod's resources, systemd-run -p CPUWeight=... -p IOWeight=...) stay in force on top.
+//
+// Imports: the standard library only.
 package priority
 
 import (

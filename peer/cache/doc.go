@@ -16,7 +16,7 @@
 // are served (Verifier, Check; package chunks): a copy changed on disk is withdrawn chunk by chunk
 // from what the node serves and advertises, never sent.
 //
-// Imports: peer, peer/inventory, chunks and the standard library; never peer/fetch, peer/serve
+// Imports: peer, peer/inventory, chunks, internal/pagecache and the standard library; never peer/fetch, peer/serve
 // or peer/memberlist (boundary test): the cache stores and publishes, it neither downloads nor
 // serves.
 package cache

@@ -49,7 +49,8 @@
 // origin.go (the origin client), get.go (one watched GET), readahead.go (the file read back for
 // the sha512, one chunk ahead) and repair.go (what a failed sha512 leads to).
 //
-// Imports: peer, peer/inventory, peer/cache, chunks, redact, and the standard library's HTTP;
+// Imports: peer, peer/inventory, peer/cache, chunks, checksum, httprange, backoff, idle, redact,
+// and the standard library's HTTP;
 // never peer/serve or peer/memberlist, nor iso, repo, preload, acquire, the sequencer, api or
 // policy (boundary test): the fetcher is handed its membership and talks to peers over HTTP.
 package fetch

@@ -10,7 +10,7 @@
 // a new epoch and its old inventory dropped; one that leaves is set aside (Forget) and restored if
 // it comes back.
 //
-// Imports: peer (for the checksum form) and chunks (the chunk count), and the standard library;
+// Imports: checksum (the ISO's digest) and chunks (the chunk count), and the standard library;
 // never peer/cache, peer/fetch, peer/serve or peer/memberlist, nor hashicorp/memberlist (boundary
 // test): the directory knows what members say they hold, not where the bytes are or how they move.
 package inventory

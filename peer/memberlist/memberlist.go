@@ -3,7 +3,7 @@
 // push/pull state and relays batched directory deltas in the broadcast queue. It is the only
 // package that imports hashicorp/memberlist.
 //
-// Imports: peer and hashicorp/memberlist; nothing else of this module.
+// Imports: peer, peer/inventory and hashicorp/memberlist; nothing else of this module.
 package memberlist
 
 import (

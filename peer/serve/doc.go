@@ -9,7 +9,7 @@
 // by mode ("zerocopy", or "copied" when the file could not be opened again). Peers prove
 // membership of the ring with a bearer token (peer.Token) when one is required (RequireToken).
 //
-// Imports: peer, peer/cache and the standard library's HTTP; never peer/fetch, peer/inventory or
+// Imports: peer, peer/cache, httprange and the standard library's HTTP; never peer/fetch, peer/inventory or
 // peer/memberlist (boundary test): the server sends what the cache holds, it does not decide who
 // holds what or fetch anything.
 package serve

@@ -9,6 +9,8 @@
 // listener and connections (connection refused), Restart listens again on the same address,
 // Freeze holds every request unanswered until Thaw (a frozen container), FailNext answers with
 // an error status, and LoseAnswers carries out writes and drops the connection before the answer.
+//
+// Imports: api and controller-runtime's fake client.
 package planctltest
 
 import (

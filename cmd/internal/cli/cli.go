@@ -1,6 +1,8 @@
 // Package cli holds what the project's commands share about the command line: the errors that
 // pick an exit status, flag parsing with -h, and the process's one logger built from the
 // environment. Only the commands under cmd/ import it.
+//
+// Imports: the standard library only.
 package cli
 
 import (

@@ -2,6 +2,8 @@
 // shutdown. Both `upgrade-repo serve` and the lean `upgrade-repo-serve` run it; the latter is
 // linked with nothing else (no Kubernetes client, no containerd, no gossip), so a node or a
 // laptop serving a release holds a third of the memory the full binary's pages take.
+//
+// Imports: cli, acquire, checksum, isorepo, peer and repo, which it wires together.
 package servecmd
 
 import (
