@@ -207,7 +207,9 @@ func (d isoDigest) of(raw []byte) (isoDigest, error) {
 	return isoDigest{sha512: c}, err
 }
 
-func (d isoDigest) equal(o isoDigest) bool { return d.sha512.Equal(o.sha512) && d.sha256.Equal(o.sha256) }
+func (d isoDigest) equal(o isoDigest) bool {
+	return d.sha512.Equal(o.sha512) && d.sha256.Equal(o.sha256)
+}
 
 func (d isoDigest) String() string {
 	if !d.sha256.IsZero() {

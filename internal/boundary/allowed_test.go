@@ -1,14 +1,11 @@
 package boundary
 
 import (
-	"go/parser"
-	"go/token"
-	"io/fs"
+	"go/ast"
 	"maps"
-	"path/filepath"
+	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -76,46 +73,24 @@ func wiring(dir string) bool {
 }
 
 // packageImports returns, for every package directory of the module (slash-separated, relative to
-// the root), the imports of its non-test files, and the doc comment of the package.
+// the root), the imports of this module that its non-test files have, and the package's doc.
 func packageImports(t *testing.T) (imports map[string][]string, docs map[string]string) {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
 	imports, docs = map[string][]string{}, map[string]string{}
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "e2e" || name == "bin") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, perr := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly|parser.ParseComments)
-		require.NoError(t, perr)
-		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		dir := filepath.ToSlash(rel)
+	walkGoFiles(t, func(rel string, f *ast.File) {
+		dir := path.Dir(rel)
 		if _, ok := imports[dir]; !ok {
 			imports[dir] = nil
 		}
 		if f.Doc != nil {
 			docs[dir] += f.Doc.Text()
 		}
-		for _, imp := range f.Imports {
-			path, uerr := strconv.Unquote(imp.Path.Value)
-			require.NoError(t, uerr)
-			if own, ok := strings.CutPrefix(path, module+"/"); ok {
+		for _, p := range importPaths(t, f) {
+			if own, ok := strings.CutPrefix(p, module+"/"); ok {
 				imports[dir] = append(imports[dir], own)
 			}
 		}
-		return nil
 	})
-	require.NoError(t, err)
 	return imports, docs
 }
 

@@ -1,9 +1,11 @@
 package boundary
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -171,12 +173,13 @@ var rules = []rule{
 	},
 }
 
-func TestBoundaries(t *testing.T) {
-	t.Parallel()
+// walkGoFiles calls fn with the path (slash-separated, relative to the module root) and the
+// imports and doc of every non-test Go file of the module, e2e, testdata, bin and hidden
+// directories left out.
+func walkGoFiles(t *testing.T, fn func(rel string, f *ast.File)) {
+	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	imports := map[string][]string{} // file (relative) -> imports
-	dirs := map[string]string{}      // file -> package dir
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -191,19 +194,35 @@ func TestBoundaries(t *testing.T) {
 		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
-		f, perr := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		f, perr := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly|parser.ParseComments)
 		require.NoError(t, perr, "every Go file of the module parses")
 		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		dirs[rel] = filepath.ToSlash(filepath.Dir(rel))
-		for _, imp := range f.Imports {
-			path, uerr := strconv.Unquote(imp.Path.Value)
-			require.NoError(t, uerr)
-			imports[rel] = append(imports[rel], path)
-		}
+		fn(filepath.ToSlash(rel), f)
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// importPaths returns the import paths of f.
+func importPaths(t *testing.T, f *ast.File) []string {
+	t.Helper()
+	var paths []string
+	for _, imp := range f.Imports {
+		p, err := strconv.Unquote(imp.Path.Value)
+		require.NoError(t, err)
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+func TestBoundaries(t *testing.T) {
+	t.Parallel()
+	imports := map[string][]string{} // file (relative) -> imports
+	dirs := map[string]string{}      // file -> package dir
+	walkGoFiles(t, func(rel string, f *ast.File) {
+		dirs[rel] = path.Dir(rel)
+		imports[rel] = importPaths(t, f)
+	})
 	require.Contains(t, dirs, "preload/containerd/containerd.go", "the walk found the module's files")
 	require.Contains(t, dirs, "peer/memberlist/memberlist.go", "the walk found the module's files")
 	require.Contains(t, dirs, "peer/fetch/fetcher.go", "the walk found the module's files")
