@@ -54,10 +54,17 @@ func runISO(ctx context.Context, a *app, args []string) error {
 
 // isoFlags parses flags that may come before, between or after the positional arguments.
 func isoFlags(fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
+	fset.Usage = func() {
+		fmt.Fprintf(fset.Output(), "usage: upgrade-repo iso %s [flags] ISO [...] (upgrade-repo iso help lists the commands)\n", fset.Name())
+		fset.PrintDefaults()
+	}
 	var pos []string
 	for {
-		if err := fset.Parse(args); err != nil {
-			return nil, fmt.Errorf("%w: iso %s: %w", errUsage, fset.Name(), err)
+		switch help, err := parseFlags(fset, args); {
+		case help:
+			return nil, flag.ErrHelp // the usage is printed; main exits 0
+		case err != nil:
+			return nil, fmt.Errorf("iso %s: %w", fset.Name(), err)
 		}
 		args = fset.Args()
 		if len(args) == 0 {
@@ -97,11 +104,9 @@ func isoName(name string) string {
 	return name
 }
 
+// isoCheckFormat checks -o of the iso commands.
 func isoCheckFormat(out string) error {
-	if out != "text" && out != "json" {
-		return fmt.Errorf("%w: output format %q (want text or json)", errUsage, out)
-	}
-	return nil
+	return checkOutput(out, "text", "json")
 }
 
 // isoImage is an opened image.

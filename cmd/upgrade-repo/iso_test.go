@@ -110,7 +110,7 @@ func TestISOCommands(t *testing.T) {
 		{name: "no image", args: []string{"info", filepath.Join(src, "missing.iso")}, wantErr: "no such file"},
 		{name: "unknown command", args: []string{"frob", image}, wantErr: "unknown iso command", usage: true},
 		{name: "missing argument", args: []string{"stat", image}, wantErr: "wrong number of arguments", usage: true},
-		{name: "bad format", args: []string{"info", "-o", "yaml", image}, wantErr: "output format", usage: true},
+		{name: "bad format", args: []string{"info", "-o", "yaml", image}, wantErr: `-o must be text or json, got "yaml"`, usage: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -90,7 +91,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
 	}
 	a := &app{stdout: stdout, stderr: stderr, log: cli.NewLogger(stderr)}
-	return c.run(ctx, a, args[1:])
+	if err := c.run(ctx, a, args[1:]); !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return nil // a command's usage, asked for and printed
+}
+
+// checkOutput checks a command's -o (cli.CheckOutput).
+func checkOutput(got string, formats ...string) error {
+	return cli.CheckOutput(got, formats...)
 }
 
 // parseFlags parses a subcommand's flags (cli.ParseFlags).

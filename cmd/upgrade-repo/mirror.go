@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 	"github.com/upgrade-repo/upgrade-repo/registry/hoststoml"
@@ -25,6 +26,10 @@ release's images from it first. A hosts.toml that upgrade-repo did not write is 
 
 // runMirror runs "mirror hosts".
 func runMirror(_ context.Context, a *app, args []string) error {
+	if cli.IsHelp(args) {
+		fmt.Fprint(a.stdout, mirrorUsage)
+		return nil
+	}
 	if len(args) == 0 || args[0] != "hosts" {
 		fmt.Fprint(a.stderr, mirrorUsage)
 		return fmt.Errorf("%w: mirror takes the subcommand hosts", errUsage)

@@ -29,7 +29,7 @@ var errNotAllowed = errors.New("the upgrade is not allowed")
 // planOptions are the plan command's flags.
 type planOptions struct {
 	current, release, currentRelease string
-	kubeconfig, to, namespace        string
+	to, namespace                    string
 	force, allowPrerelease           bool
 	output                           string
 	// currentKubernetes is the control plane's Kubernetes version: given, or the API server's.
@@ -89,24 +89,26 @@ type planReport struct {
 // runPlan shows whether upgrading to a release is allowed and what it would change. It returns
 // errNotAllowed (exit status 1) when the upgrade is refused.
 func runPlan(ctx context.Context, a *app, args []string) error {
-	var o planOptions
+	var (
+		o    planOptions
+		kube kubeOptions
+	)
 	fset := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.StringVar(&o.current, "current", "", "the installed `version` (read from the cluster when --kubeconfig is given)")
+	fset.StringVar(&o.current, "current", "", "the installed `version` (default: read from the cluster)")
 	fset.StringVar(&o.release, "release", "", "the target's harvester-release.yaml: a `file`, its URL, or a repo's base URL (read at /v1/release)")
 	fset.StringVar(&o.currentRelease, "current-release", "", "the installed release's metadata, as --release, to compare component versions")
-	fset.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to check")
 	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
-	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
-	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
-	fset.StringVar(&o.currentKubernetes, "current-kubernetes", "", "the control plane's Kubernetes `version` (default: the API server's with --kubeconfig, else --current-release's kubernetes)")
+	kube.flags(fset)
+	fset.StringVar(&o.currentKubernetes, "current-kubernetes", "", "the control plane's Kubernetes `version` (default: the API server's with a cluster, else --current-release's kubernetes)")
 	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]")
-		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE --to VERSION [--release FILE|URL] [flags]")
-		fmt.Fprintln(a.stderr, "       upgrade-repo plan --kubeconfig FILE   (the cluster's Versions, judged: which it can upgrade to)")
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]   (no cluster)")
+		fmt.Fprintln(a.stderr, "       upgrade-repo plan --to VERSION [--release FILE|URL] [--kubeconfig FILE] [--context NAME] [-n NAMESPACE] [flags]")
+		fmt.Fprintln(a.stderr, "       upgrade-repo plan [--kubeconfig FILE] [--context NAME]   (the cluster's Versions, judged: which it can upgrade to)")
+		fmt.Fprintln(a.stderr, "  the cluster is kubectl's: --kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context, else the current one")
 		fset.PrintDefaults()
 	}
 	if help, err := parseFlags(fset, args); help || err != nil {
@@ -115,14 +117,26 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	if fset.NArg() > 0 {
 		return fmt.Errorf("%w: plan takes no arguments, got %q", errUsage, fset.Args())
 	}
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, o.output)
+	if err := checkOutput(o.output, "text", "json"); err != nil {
+		return err
 	}
+	if err := kube.check(); err != nil {
+		return err
+	}
+	o.namespace = kube.namespace
+	// The cluster (kubectl's: --kubeconfig, $KUBECONFIG, ~/.kube/config) is asked unless what
+	// it would tell is given (--current and --release) and no flag names a cluster.
+	named := false
+	fset.Visit(func(f *flag.Flag) { named = named || f.Name == "kubeconfig" || f.Name == "context" })
 	var c client.Reader
-	if o.kubeconfig != "" {
+	if named || o.current == "" || o.release == "" {
 		var sv discovery.ServerVersionInterface
 		var err error
-		if c, sv, err = clusterReader(o.kubeconfig); err != nil {
+		c, sv, err = clusterReader(kube)
+		switch {
+		case errors.Is(err, errNoKubeconfig) && !named:
+			return fmt.Errorf("%w: give --current and --release, or a cluster (--kubeconfig, $KUBECONFIG or ~/.kube/config) and --to", errUsage)
+		case err != nil:
 			return err
 		}
 		if o.currentKubernetes == "" {
@@ -132,8 +146,6 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 			}
 			o.currentKubernetes = v.GitVersion
 		}
-	} else if o.current == "" || o.release == "" {
-		return fmt.Errorf("%w: give --current and --release, or --kubeconfig and --to", errUsage)
 	}
 	if c != nil && o.to == "" {
 		// No target: every Version of the cluster, judged.
@@ -250,7 +262,7 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		pc := planCheck{Check: ch, Result: checkResult(ch)}
 		if c == nil && (ch.Name == policy.CheckVersionExists || ch.Name == policy.CheckNoPlanInFlight || ch.Name == policy.CheckNodesReady) {
 			pc.Result = "skip"
-			pc.Message = "not checked without a cluster (--kubeconfig)"
+			pc.Message = "not checked without a cluster (--current and --release only)"
 		}
 		rep.Checks = append(rep.Checks, pc)
 	}

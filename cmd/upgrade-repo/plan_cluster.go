@@ -7,18 +7,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
 
-// clusterReader builds a client of the cluster in kubeconfig, and one that asks its API server
-// for its version.
-func clusterReader(kubeconfig string) (client.Reader, discovery.ServerVersionInterface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// clusterReader builds a client of the cluster k names (kubeRESTConfig), and one that asks its
+// API server for its version.
+func clusterReader(k kubeOptions) (client.Reader, discovery.ServerVersionInterface, error) {
+	cfg, err := upgradeRESTConfig(k)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+		return nil, nil, err
 	}
 	s, err := planScheme()
 	if err != nil {
@@ -26,11 +25,11 @@ func clusterReader(kubeconfig string) (client.Reader, discovery.ServerVersionInt
 	}
 	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("connect to the cluster: %w", err)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the cluster of %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("connect to the cluster: %w", err)
 	}
 	return c, dc, nil
 }

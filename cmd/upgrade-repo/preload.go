@@ -63,7 +63,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	case *isoFile == "" && *repo == "":
 		return fmt.Errorf("%w: preload needs --iso FILE or --repo URL", errUsage)
 	case *output != "text" && *output != "json":
-		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, *output)
+		return checkOutput(*output, "text", "json")
 	case *concurrency < 1:
 		return fmt.Errorf("%w: --concurrency must be at least 1", errUsage)
 	case *retryFor < 0:

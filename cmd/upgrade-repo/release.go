@@ -89,7 +89,7 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 	case *out == "" && *tree == "":
 		return fmt.Errorf("%w: release pack needs --out FILE.iso or --tree DIR", errUsage)
 	case *output != "text" && *output != "json":
-		return fmt.Errorf("%w: -o must be text or json, got %q", errUsage, *output)
+		return checkOutput(*output, "text", "json")
 	case *images < 0:
 		return fmt.Errorf("%w: --images must not be negative", errUsage)
 	}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +32,11 @@ import (
 func runSequencer(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("sequencer", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	kubeconfig := fset.String("kubeconfig", "", "kubeconfig `file`; the in-cluster configuration when empty")
+	fset.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo sequencer [flags]\n  the controller that drives UpgradePlans through their phases (the chart's Deployment runs it)")
+		fset.PrintDefaults()
+	}
+	kubeconfig := fset.String("kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration")
 	namespace := fset.String("namespace", "", "`namespace` of the Jobs, the installed-version ConfigMap, the repo Service and the leader lease (POD_NAMESPACE when empty, else upgrade-repo-system)")
 	service := fset.String("service", "upgrade-repo", "`name` of the repo Service")
 	repoURL := fset.String("repo-url", "", "base `URL` of the repo Service (http://SERVICE.NAMESPACE.svc, port 80, when empty)")
@@ -215,18 +218,8 @@ func waitAPIServer(ctx context.Context, log *slog.Logger, cfg *rest.Config, time
 	}
 }
 
-// sequencerRESTConfig loads kubeconfig, or the in-cluster configuration when it is empty.
+// sequencerRESTConfig loads the configuration of the sequencer's and the agent's cluster as every
+// command does (kubeRESTConfig): in their pods, with no kubeconfig there, the in-cluster one.
 func sequencerRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster configuration (give --kubeconfig outside a cluster): %w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
-	}
-	return cfg, nil
+	return kubeRESTConfig(kubeconfig, "")
 }

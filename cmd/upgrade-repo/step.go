@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/nodestep"
 	"github.com/upgrade-repo/upgrade-repo/nodestep/kubeadm"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
@@ -20,11 +21,17 @@ import (
 // runStep runs a release's node step inside an UpgradePlan's node Job: `step kubeadm` upgrades
 // a kubeadm node (the entry point of the kubeadm upgrade image, Dockerfile.kubeadm).
 func runStep(ctx context.Context, a *app, args []string) error {
+	const usage = "usage: upgrade-repo step kubeadm [flags]\n  a release's node step, run by an UpgradePlan's node Job (UPGRADE_NODE_NAME, UPGRADE_REPO_URL)\n"
+	if cli.IsHelp(args) {
+		fmt.Fprint(a.stdout, usage+"steps:\n  kubeadm  upgrade a kubeadm node (upgrade-repo step kubeadm --help)\n")
+		return nil
+	}
 	if len(args) == 0 || args[0] != "kubeadm" {
 		return fmt.Errorf("%w: step kubeadm [flags]: the only node step is kubeadm", errUsage)
 	}
 	fset := flag.NewFlagSet("step kubeadm", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
+	fset.Usage = func() { fmt.Fprint(a.stderr, usage); fset.PrintDefaults() }
 	root := fset.String("root", "/host", "`dir` where the node's / is mounted")
 	target := fset.String("version", "", "Kubernetes `version` to upgrade to (default: the release's, read from UPGRADE_REPO_URL)")
 	readyTimeout := fset.Duration("ready-timeout", 5*time.Minute, "how long to wait for the node to report the new kubelet and be Ready")

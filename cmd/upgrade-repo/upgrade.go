@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -56,26 +57,38 @@ func runUpgrade(ctx context.Context, a *app, args []string) error {
 	return v.run(ctx, a, args[1:])
 }
 
-// kubeOptions are the flags of a verb that talks to the cluster: which cluster, as kubectl, and
-// how long to wait for its API server while it is away.
+// defaultNamespace is the namespace the chart and the manifests install the sequencer into.
+const defaultNamespace = "upgrade-repo-system"
+
+// kubeOptions are the flags of every command that talks to the cluster as a client (plan and
+// the upgrade verbs): which cluster and namespace, as kubectl takes them, and how long to wait
+// for its API server while it is away. They are registered by flags and turned into a client
+// configuration by restConfig, and nowhere else.
 type kubeOptions struct {
 	kubeconfig, context string
+	// namespace is the sequencer's: where the installed-version ConfigMap and its pods are.
+	namespace string
 	// apiTimeout bounds each wait for an API server that is away (planctl.RetryingClient).
 	apiTimeout time.Duration
 }
 
-// flags registers kubectl's --kubeconfig and --context, and --api-timeout, on fset.
+// flags registers kubectl's --kubeconfig, --context and -n/--namespace, and --api-timeout, on fset.
 func (k *kubeOptions) flags(fset *flag.FlagSet) {
 	fset.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
 	fset.StringVar(&k.context, "context", "", "the kubeconfig `context` to use; its current context when empty")
+	fset.StringVar(&k.namespace, "namespace", defaultNamespace, "the sequencer's `namespace`, where the installed version is recorded")
+	fset.StringVar(&k.namespace, "n", defaultNamespace, "same as --namespace, as kubectl")
 	fset.DurationVar(&k.apiTimeout, "api-timeout", planctl.DefaultAPITimeout,
 		"how long to wait for an API server that is away (restarting, electing a leader, overloaded) before failing")
 }
 
 // check refuses flags that cannot work.
 func (k kubeOptions) check() error {
-	if k.apiTimeout <= 0 {
+	switch {
+	case k.apiTimeout <= 0:
 		return fmt.Errorf("%w: --api-timeout must be positive", errUsage)
+	case k.namespace == "":
+		return fmt.Errorf("%w: --namespace must not be empty", errUsage)
 	}
 	return nil
 }
@@ -118,18 +131,32 @@ func followWithTimeout(ctx context.Context, c client.Reader, plan string, timeou
 	return fmt.Errorf("%w after %s:%s the upgrade goes on (%s)", errTimeout, timeout, where, again)
 }
 
-// upgradeRESTConfig loads the configuration of the cluster kubectl would talk to: clientcmd's
-// loading rules (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster) and
-// --context.
+// upgradeRESTConfig loads the configuration of the cluster kubectl would talk to (kubeRESTConfig).
 func upgradeRESTConfig(k kubeOptions) (*rest.Config, error) {
+	return kubeRESTConfig(k.kubeconfig, k.context)
+}
+
+// errNoKubeconfig says that no kubeconfig was found and the process does not run in a pod.
+var errNoKubeconfig = errors.New("none found (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a cluster")
+
+// kubeRESTConfig is the one place every command (the CLI's verbs, plan, the sequencer and the
+// agent) loads its cluster's configuration: clientcmd's loading rules, as kubectl's (kubeconfig,
+// else $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration of a pod), and the
+// context to use (the current one when empty).
+func kubeRESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
+	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: k.context}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
+		&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	switch {
+	case err == nil:
+		return cfg, nil
+	case kubeconfig != "":
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	case clientcmd.IsEmptyConfig(err):
+		return nil, fmt.Errorf("load kubeconfig: %w", errNoKubeconfig)
 	}
-	return cfg, nil
+	return nil, fmt.Errorf("load kubeconfig: %w", err)
 }
 
 // upgradeClient builds a client of the cluster kubectl would talk to (upgradeRESTConfig) that

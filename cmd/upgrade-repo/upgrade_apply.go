@@ -33,7 +33,6 @@ const sequencerPods = "app.kubernetes.io/component=sequencer"
 type upgradeApplyOptions struct {
 	req         planctl.Request
 	release     string
-	namespace   string
 	yes, dryRun bool
 	timeout     time.Duration
 	kubeOptions
@@ -70,8 +69,6 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	o.flags(fset)
-	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version is recorded")
-	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.Usage = func() {
 		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]")
 		fmt.Fprintln(a.stderr, "exit status: 0 the plan Succeeded, 1 refused, Failed or deleted, 2 usage, 3 --timeout")
@@ -91,6 +88,16 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	}
 	if err := o.check(); err != nil {
 		return err
+	}
+	// Every flag is judged before the kubeconfig is read: the URL's scheme, the checksum's form
+	// and the names the objects would take. Without --iso-checksum the checksum file is read
+	// later, so a well-formed stand-in takes its place here.
+	early := o.req
+	if early.Checksum == "" {
+		early.Checksum = "sha512:" + strings.Repeat("0", 128)
+	}
+	if _, _, err := early.Objects(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	cfg, err := upgradeRESTConfig(o.kubeOptions)
 	if err != nil {
@@ -211,7 +218,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	fmt.Fprintf(w, "\n%s version %s; created upgradeplan %s. Following it (an interrupt stops following, not the upgrade).\n\n", verb, v.Name, p.Name)
 	return followWithTimeout(ctx, env.c, p.Name, o.timeout, func(ctx context.Context) error {
 		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true,
-			namespace: o.namespace, terminal: stdoutTerminal(a)}, env.now)
+			kubeOptions: o.kubeOptions, terminal: stdoutTerminal(a)}, env.now)
 	})
 }
 

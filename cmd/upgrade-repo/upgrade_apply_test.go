@@ -77,7 +77,7 @@ func (s *sequencerStandIn) Create(ctx context.Context, o client.Object, opts ...
 }
 
 func applyOpts(mod func(*upgradeApplyOptions)) upgradeApplyOptions {
-	o := upgradeApplyOptions{namespace: "upgrade-repo-system", yes: true}
+	o := upgradeApplyOptions{kubeOptions: kubeOptions{namespace: "upgrade-repo-system"}, yes: true}
 	o.req.ISOURL = "https://releases.example.com/v1.6.0/harvester-v1.6.0-amd64.iso"
 	o.req.Checksum = "sha512:" + applySum
 	if mod != nil {

@@ -29,9 +29,7 @@ import (
 type upgradeStatusOptions struct {
 	plan, output string
 	kubeOptions
-	// namespace is the sequencer's, where the installed-version ConfigMap is.
-	namespace string
-	watch     bool
+	watch bool
 	// terminal redraws the status in place with progress bars; else a watch writes one line
 	// per change.
 	terminal bool
@@ -48,8 +46,6 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
 	o.flags(fset)
-	fset.StringVar(&o.namespace, "namespace", "upgrade-repo-system", "the sequencer's `namespace`, where the installed version's ConfigMap is")
-	fset.StringVar(&o.namespace, "n", "upgrade-repo-system", "same as --namespace, as kubectl")
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
@@ -73,7 +69,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 		o.output = "text" // the table already has every column
 	case "text", "json", "yaml":
 	default:
-		return fmt.Errorf("%w: -o must be text, wide, json or yaml, got %q", errUsage, o.output)
+		return checkOutput(o.output, "text", "wide", "json", "yaml")
 	}
 	if o.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)

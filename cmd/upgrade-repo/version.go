@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"runtime/debug"
 )
@@ -12,8 +13,16 @@ var version = ""
 // runVersion prints the version of this binary: the link-time version, else the module version
 // and VCS revision the Go toolchain recorded.
 func runVersion(_ context.Context, a *app, args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%w: version takes no arguments, got %q", errUsage, args)
+	fset := flag.NewFlagSet("version", flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: upgrade-repo version (or upgrade-repo --version)\n  prints the version of this binary")
+	}
+	if help, err := parseFlags(fset, args); help || err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("%w: version takes no arguments, got %q", errUsage, fset.Args())
 	}
 	v := version
 	if v == "" {

@@ -6,12 +6,15 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -23,10 +26,11 @@ var ErrUsage = errors.New("usage")
 var ErrTimeout = errors.New("timed out")
 
 // ExitStatus is the process's exit status for the error a command returned: 2 for a usage error,
-// 3 for a timeout, 1 for any other, 0 for none.
+// 3 for a timeout, 1 for any other, 0 for none and for flag.ErrHelp (the usage was asked for and
+// printed).
 func ExitStatus(err error) int {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, ErrUsage):
 		return 2
@@ -36,16 +40,42 @@ func ExitStatus(err error) int {
 	return 1
 }
 
-// ParseFlags parses a command's flags. help is true when -h or --help was given (the flag package
-// has printed the usage, and the command returns nil); any other error is a usage error.
+// ParseFlags parses a command's flags. help is true when -h or --help was given (the usage has
+// been printed, and the command returns nil); any other error is a usage error. The flag list
+// the usage prints names long flags with two dashes, as they are written (LongFlags).
 func ParseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
-	if err := fset.Parse(args); err != nil {
+	// The flag package prints every flag with one dash and has no option to do otherwise, so
+	// what it prints while parsing (the usage, on -h or an error) is caught and rewritten.
+	out := fset.Output()
+	var buf bytes.Buffer
+	fset.SetOutput(&buf)
+	err = fset.Parse(args)
+	fset.SetOutput(out)
+	if buf.Len() > 0 {
+		_, _ = io.WriteString(out, LongFlags(buf.String()))
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return true, nil
 		}
 		return false, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return false, nil
+}
+
+// flagLine matches a flag's line in flag.PrintDefaults' output whose name is longer than one
+// character.
+var flagLine = regexp.MustCompile(`(?m)^  -([^-\s][^\s]+)`)
+
+// LongFlags rewrites a flag list printed by flag.PrintDefaults so that names longer than one
+// character have two dashes (`--kubeconfig`), as kubectl and helm show them; `-o` keeps one.
+func LongFlags(usage string) string {
+	return flagLine.ReplaceAllString(usage, "  --$1")
+}
+
+// IsHelp reports whether args asks for a command's usage: -h, --help or help first.
+func IsHelp(args []string) bool {
+	return len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help")
 }
 
 // NewLogger builds the one structured logger of the process. UPGRADE_REPO_LOG_LEVEL (debug, info,
@@ -60,4 +90,17 @@ func NewLogger(w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// CheckOutput checks the value of a command's -o (--output) against the formats it writes, with
+// one wording for every command: `-o must be text or json, got "x"`, a usage error.
+func CheckOutput(got string, formats ...string) error {
+	if slices.Contains(formats, got) {
+		return nil
+	}
+	list := strings.Join(formats, ", ")
+	if n := len(formats); n > 1 {
+		list = strings.Join(formats[:n-1], ", ") + " or " + formats[n-1]
+	}
+	return fmt.Errorf("%w: -o must be %s, got %q", ErrUsage, list, got)
 }
