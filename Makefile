@@ -26,8 +26,9 @@ export CGO_ENABLED ?= 0
 
 .PHONY: help
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
-	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
+	@if [ -t 1 ]; then on=$$'\033[36m' off=$$'\033[0m'; else on= off=; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  %s%-18s%s %s\n", on, $$1, off, $$2 } \
 	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: deps
@@ -41,7 +42,8 @@ build: ## Build the static upgrade-repo binary and its lean upgrade-repo-serve i
 	$(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/ ./cmd/upgrade-repo ./cmd/upgrade-repo-serve
 
 .PHONY: run
-run: build deps ## Build a demo release ISO (once) and serve it on 127.0.0.1:8080.
+run: build ## Build a demo release ISO (once) and serve it on 127.0.0.1:8080 (installs xorriso if missing).
+	@bash hack/deps.sh xorriso
 	@bash hack/run.sh $(BINARY) $(DEMO_ISO) $(LISTEN)
 
 .PHONY: generate
@@ -67,9 +69,8 @@ release-kubeadm: build ## Pack a kubeadm cluster's release ISO into OUT (K8S_WOR
 ##@ Test
 
 .PHONY: test
-test: deps ## Run every unit and integration test (real xorriso, containerd, memberlist).
-	$(GO) test $(TESTFLAGS) -timeout 15m $(PKGS)
-	@bash hack/verify.sh
+test: deps ## Run every unit and integration test (real xorriso, containerd, memberlist), then the checks; ends with a summary.
+	@GO=$(GO) bash hack/test.sh $(TESTFLAGS) -timeout 15m $(PKGS)
 
 .PHONY: test-long
 test-long: deps ## Also run the slow tests (a file over 4 GiB inside an ISO).

@@ -3,9 +3,22 @@
 # xorriso (real ISO images), containerd (real image import), nginx (serving baseline),
 # zstd (import baseline), iproute2 (network namespaces), GNU time (peak RSS in benchmarks),
 # debootstrap (the e2e's script image); and, where it can, wrk (the load of bench-serve).
-# Nothing happens when all are present.
+# Nothing happens when all are present. With arguments (deps.sh xorriso), only the packages
+# those commands come from: `make run` needs xorriso alone.
 set -euo pipefail
 need=()
+if [ $# -gt 0 ]; then
+  for c in "$@"; do command -v "$c" >/dev/null 2>&1 || need+=("$c"); done
+  [ ${#need[@]} -eq 0 ] && exit 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: missing ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2
+    exit 1
+  fi
+  echo "deps: installing ${need[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  exit 0
+fi
 command -v xorriso >/dev/null 2>&1 || need+=(xorriso)
 command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v ctr >/dev/null 2>&1 || need+=(containerd)

@@ -5,6 +5,13 @@ set -euo pipefail
 bin=${1:?usage: run.sh BINARY ISO LISTEN}
 iso=${2:?usage: run.sh BINARY ISO LISTEN}
 listen=${3:-127.0.0.1:8080}
+# A taken port is said before anything else, not after the URLs to try.
+host=${listen%:*}
+port=${listen##*:}
+if (exec 3<>"/dev/tcp/${host:-127.0.0.1}/$port") 2>/dev/null; then
+  echo "run: $listen is taken (something answers there); free it or pick another: make run LISTEN=127.0.0.1:8081" >&2
+  exit 1
+fi
 if [ ! -s "$iso" ]; then
   mkdir -p "$(dirname "$iso")"
   echo "run: building the demo release ISO $iso" >&2
