@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh BINARY ISO LISTEN: builds a small demo release ISO at ISO unless it exists, then serves it
-# on LISTEN with `upgrade-repo serve`, printing the URLs to try. Ctrl-C stops the server.
+# on LISTEN with `upgrade-repo serve`, printing the URLs to try once it listens. Ctrl-C stops the
+# server.
 set -euo pipefail
 bin=${1:?usage: run.sh BINARY ISO LISTEN}
 iso=${2:?usage: run.sh BINARY ISO LISTEN}
@@ -18,6 +19,15 @@ if [ ! -s "$iso" ]; then
   "$bin" release pack --out "$iso" --version v1.5.2 --images 7 --layer-size 1MiB --rootfs-size 16MiB
 fi
 base="http://$listen"
+# The URLs are printed once the server listens, not before: serve runs in the background until
+# its port answers (or it exits, saying why), and Ctrl-C reaches it.
+"$bin" serve --iso "$iso" --listen "$listen" &
+pid=$!
+trap 'kill -INT "$pid" 2>/dev/null || true' INT TERM
+until (exec 3<>"/dev/tcp/${host:-127.0.0.1}/$port") 2>/dev/null; do
+  kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit $?; }
+  sleep 0.1
+done
 cat <<MSG
 
 Serving $iso on $base. Try:
@@ -33,4 +43,4 @@ Serving $iso on $base. Try:
   $base/   (the listing, in a browser)
 
 MSG
-exec "$bin" serve --iso "$iso" --listen "$listen"
+wait "$pid"
