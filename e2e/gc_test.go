@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,6 +69,8 @@ func TestPinsHoldAgainstImageGC(t *testing.T) {
 
 	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
 	deployOrigin(t, c, rel)
+	// The tests after this one find the agents as the chart left them: holding its ISO, Ready.
+	defer restoreAgentArgs(t, c, agentArgs(t, c))
 	agentsFollowPlans(t, c, rel)
 	// The plan must preload them: a previous test may have put them there by hand, unpinned.
 	for _, n := range c.nodes {
@@ -430,4 +433,35 @@ func writeArtifact(t *testing.T, c *cluster, name, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Logf("write %s: %v", p, err)
 	}
+}
+
+// agentArgs returns the arguments of the agents' container.
+func agentArgs(t *testing.T, c *cluster) []string {
+	t.Helper()
+	var args []string
+	eventually(t, time.Minute, "read the agents' arguments", func(ctx context.Context) error {
+		ds, err := c.cs.AppsV1().DaemonSets(c.namespace).Get(ctx, c.release+"-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		args = slices.Clone(ds.Spec.Template.Spec.Containers[0].Args)
+		return nil
+	})
+	return args
+}
+
+// restoreAgentArgs gives the agents' container args again and waits for every agent to be
+// Ready with them.
+func restoreAgentArgs(t *testing.T, c *cluster, args []string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "restore the agents' arguments", func(ctx context.Context) error {
+		ds, err := c.cs.AppsV1().DaemonSets(c.namespace).Get(ctx, c.release+"-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ds.Spec.Template.Spec.Containers[0].Args = args
+		_, err = c.cs.AppsV1().DaemonSets(c.namespace).Update(ctx, ds, metav1.UpdateOptions{})
+		return err
+	})
+	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
 }
