@@ -468,8 +468,10 @@ func haChecks(t *testing.T, c *cluster, h haNodes, f *faults, plan *apiv1beta1.U
 		}
 		t.Logf("while %s was paused, %s and the plan showed:\n%s", h.cps[2], h.cps[1], strings.Join(f.pauseSeen, "\n"))
 		require.Empty(t, f.changedDuringPause, "no control plane is taken down while an etcd member is away")
-		t.Logf("the second control plane's step, while the third was paused: %q", f.etcdWaitSeen)
-		require.NotEmpty(t, f.etcdWaitSeen, "the step of the second control plane said it waits for etcd")
+		// Which gate holds the second control plane depends on timing: its drain, the
+		// sequencer's gate (the third node's pods, then the node, not Ready), or its step's etcd
+		// reading (unit-tested in nodestep/kubeadm); what must hold is that it did not go down.
+		t.Logf("the second control plane's step, while the third was paused: %q (empty: held before its step)", f.etcdWaitSeen)
 		require.Contains(t, f.lostMsg, "upgrade-repo upgrade skip "+h.worker, "the plan names the lost worker and the command")
 		require.Less(t, f.lostAfter, 5*time.Minute, "the plan names a lost worker within minutes")
 	})
