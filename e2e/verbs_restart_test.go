@@ -199,14 +199,17 @@ func TestVerbsRideOutAPIServerRestart(t *testing.T) {
 		t.Logf("formation %s has no node that is not a control-plane node: skip is not run", c.formation)
 	}
 
-	t.Cleanup(func() {
-		// Never leave the control plane paused, whatever failed.
+	// Never leave the control plane paused, whatever failed.
+	t.Cleanup(func() { _ = exec.Command("docker", "unpause", controlPlane).Run() })
+	// Deferred, not a Cleanup: deleteObject waits with the test's context, cancelled before
+	// Cleanups run.
+	defer func() {
 		_ = exec.Command("docker", "unpause", controlPlane).Run()
 		for _, vc := range cases {
 			deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: verbsPrefix + vc.name}})
 		}
 		deleteObject(t, c, &apiv1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: verbsVersion}})
-	})
+	}()
 
 	for _, vc := range cases {
 		t.Run(vc.name, func(t *testing.T) {
