@@ -143,6 +143,20 @@ type Facts struct {
 	Rollback bool
 }
 
+// versions parses the release's, the control plane's and the node's kubelet versions.
+func (f Facts) versions() (target, cp, kubelet *version.Version, err error) {
+	if target, err = version.ParseGeneric(f.Target); err != nil {
+		return nil, nil, nil, fmt.Errorf("release's Kubernetes version %q: %w", f.Target, err)
+	}
+	if cp, err = version.ParseGeneric(f.ControlPlane); err != nil {
+		return nil, nil, nil, fmt.Errorf("control plane's version %q: %w", f.ControlPlane, err)
+	}
+	if kubelet, err = version.ParseGeneric(f.Kubelet); err != nil {
+		return nil, nil, nil, fmt.Errorf("node's kubelet version %q: %w", f.Kubelet, err)
+	}
+	return target, cp, kubelet, nil
+}
+
 // Decide says what the node needs, or why the upgrade is refused (an error wrapping
 // ErrRefused), with the warnings of the refusals Force let through. It is kubeadm's version-skew
 // policy for an upgrade: never a downgrade, at most one minor version at a time, the kubelets
@@ -151,17 +165,9 @@ func Decide(f Facts) (Action, []string, error) {
 	if f.Rollback {
 		return DecideRollback(f)
 	}
-	target, err := version.ParseGeneric(f.Target)
+	target, cp, kubelet, err := f.versions()
 	if err != nil {
-		return 0, nil, fmt.Errorf("release's Kubernetes version %q: %w", f.Target, err)
-	}
-	cp, err := version.ParseGeneric(f.ControlPlane)
-	if err != nil {
-		return 0, nil, fmt.Errorf("control plane's version %q: %w", f.ControlPlane, err)
-	}
-	kubelet, err := version.ParseGeneric(f.Kubelet)
-	if err != nil {
-		return 0, nil, fmt.Errorf("node's kubelet version %q: %w", f.Kubelet, err)
+		return 0, nil, err
 	}
 	apiOK := !f.IsControlPlane
 	if f.IsControlPlane && f.APIServer != "" {

@@ -15,17 +15,9 @@ import (
 // kubeadm keeps etcd at the newer version; the plan says so. Anything but a patch downgrade
 // (across a minor version, or newer than the node) is refused, force or not.
 func DecideRollback(f Facts) (Action, []string, error) {
-	target, err := version.ParseGeneric(f.Target)
+	target, cp, kubelet, err := f.versions()
 	if err != nil {
-		return 0, nil, fmt.Errorf("release's Kubernetes version %q: %w", f.Target, err)
-	}
-	cp, err := version.ParseGeneric(f.ControlPlane)
-	if err != nil {
-		return 0, nil, fmt.Errorf("control plane's version %q: %w", f.ControlPlane, err)
-	}
-	kubelet, err := version.ParseGeneric(f.Kubelet)
-	if err != nil {
-		return 0, nil, fmt.Errorf("node's kubelet version %q: %w", f.Kubelet, err)
+		return 0, nil, err
 	}
 	sameMinor := func(v *version.Version) bool { return v.Major() == target.Major() && v.Minor() == target.Minor() }
 	for what, v := range map[string]*version.Version{"the control plane": cp, "the node's kubelet": kubelet} {
