@@ -251,8 +251,11 @@ func (c *RetryingClient) do(ctx context.Context, op string, call func(context.Co
 	var last error
 	err := backoff.Retry(ctx, c.policy, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeoutCause(ctx, c.attempt, noAnswer)
+		deadline, _ := actx.Deadline()
 		err := call(actx)
-		timedOut := errors.Is(context.Cause(actx), noAnswer)
+		// A dial carries the attempt's deadline to the socket, whose timeout can fire before
+		// the context's own timer does: a timeout once the deadline passed is no answer too.
+		timedOut := errors.Is(context.Cause(actx), noAnswer) || (isTimeout(err) && !time.Now().Before(deadline))
 		cancel()
 		if err == nil {
 			c.up()
@@ -281,6 +284,15 @@ func (c *RetryingClient) do(ctx context.Context, op string, call func(context.Co
 		return fmt.Errorf("stopped waiting for the API server (%w): %w", context.Cause(ctx), last)
 	}
 	return err
+}
+
+// isTimeout reports whether err is a timeout: a deadline passed or a network read or dial timed out.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // wait tells the first failure of an outage.
