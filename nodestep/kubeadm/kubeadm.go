@@ -4,7 +4,10 @@
 //
 // On the first control-plane node (the cluster's kubeadm configuration still names an older
 // version): kubeadm from the release, `kubeadm upgrade plan VERSION` then `kubeadm upgrade apply
-// VERSION --yes`. On every other node: `kubeadm upgrade node`. Then the kubelet and kubectl from
+// VERSION --yes`. On every other node: `kubeadm upgrade node`. The release's kubeadm runs from
+// /var/lib/upgrade-repo/kubeadm and replaces the node's only after that: a release whose control
+// plane does not come up (kubeadm restores the node's manifests) leaves every binary of the node
+// as it was, and the step's error names the component. Then kubeadm, the kubelet and kubectl from
 // the release, replaced atomically, the kubelet restarted, and the step waits for the node to
 // report the new kubelet version and be Ready. Before it changes anything it refuses what
 // kubeadm's version-skew rules forbid (a downgrade, a minor version skipped, a kubelet newer than
@@ -249,15 +252,19 @@ func (s *Step) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.install(ctx, dir, sums, "kubeadm", bins["kubeadm"], log); err != nil {
+	// The release's kubeadm runs from a staging directory and replaces the node's own only once
+	// it has upgraded the node: a release that fails leaves the node's binaries as they were.
+	staged, err := s.stage(ctx, dir, sums, log)
+	if err != nil {
 		return err
 	}
-	if err := s.checkVersion(ctx, bins["kubeadm"]); err != nil {
+	defer s.unstage(log)
+	if err := s.checkVersion(ctx, staged); err != nil {
 		return err
 	}
 	switch action {
 	case Apply:
-		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], "upgrade", "plan", s.Target); err != nil {
+		if _, err := s.kubeadm(ctx, log, staged, "upgrade", "plan", s.Target); err != nil {
 			return err
 		}
 		args := []string{"upgrade", "apply", s.Target, "--yes"}
@@ -265,16 +272,19 @@ func (s *Step) Run(ctx context.Context) error {
 			// kubeadm refuses a downgrade without --force; DecideRollback allowed only a patch.
 			args = append(args, "--force")
 		}
-		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], args...); err != nil {
+		if out, err := s.kubeadm(ctx, log, staged, args...); err != nil {
+			if why := ApplyFailure(out); why != "" {
+				return fmt.Errorf("node %s: %s: %w", s.Node, why, err)
+			}
 			return err
 		}
 	case UpgradeNode:
-		if _, err := s.kubeadm(ctx, log, bins["kubeadm"], "upgrade", "node"); err != nil {
+		if _, err := s.kubeadm(ctx, log, staged, "upgrade", "node"); err != nil {
 			return err
 		}
 	}
 	s.Report.Report(ctx, nodestep.KubernetesUpgrading, fmt.Sprintf("kubelet %s -> %s", f.Kubelet, s.Target))
-	for _, name := range []string{"kubectl", "kubelet"} {
+	for _, name := range []string{"kubeadm", "kubectl", "kubelet"} {
 		if bins[name] == "" {
 			log.Info("not on the node: left out", "binary", name)
 			continue
@@ -386,6 +396,55 @@ func (s *Step) binaries(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// stagingDir is where, under the node's /, the release's kubeadm waits until it has upgraded the node.
+const stagingDir = "var/lib/upgrade-repo/kubeadm"
+
+// stage installs the release's kubeadm into the staging directory and returns its path.
+func (s *Step) stage(ctx context.Context, dir string, sums map[string]checksum.SHA256, log *slog.Logger) (string, error) {
+	d := filepath.Join(s.Root, stagingDir, s.Target)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return "", fmt.Errorf("stage the release's kubeadm: %w", err)
+	}
+	p := filepath.Join(d, "kubeadm")
+	if err := s.install(ctx, dir, sums, "kubeadm", p, log); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// unstage removes the staging directory.
+func (s *Step) unstage(log *slog.Logger) {
+	if err := os.RemoveAll(filepath.Join(s.Root, stagingDir)); err != nil {
+		log.Warn("the staged kubeadm is left behind", "dir", "/"+stagingDir, "err", err)
+	}
+}
+
+// staticPodTimeout finds the component kubeadm waited for in vain in `kubeadm upgrade apply`'s
+// output ("static Pod hash for component C on Node N did not change after T", or a wait for
+// the pods with the label component=C that ended without them).
+var staticPodTimeout = regexp.MustCompile(`(?:static Pod hash for component (\S+) on Node \S+ did not change after ([0-9a-zµ.]+)|pods with label "?component=([a-z0-9-]+))`)
+
+// ApplyFailure reads why a failed `kubeadm upgrade apply` failed from its output: the control
+// plane component that did not come up and what kubeadm did about it (it restores the node's
+// earlier manifests when a new component does not come up). It returns "" when the output
+// says neither.
+func ApplyFailure(out []byte) string {
+	text := string(out)
+	var parts []string
+	if m := staticPodTimeout.FindStringSubmatch(text); m != nil {
+		switch {
+		case m[1] != "":
+			parts = append(parts, fmt.Sprintf("the release's %s did not come up within %s", m[1], m[2]))
+		default:
+			parts = append(parts, fmt.Sprintf("the release's %s did not come up", m[3]))
+		}
+	}
+	if strings.Contains(text, "kubeadm has tried to recover everything into the earlier state") {
+		parts = append(parts, "kubeadm restored the node's earlier static pod manifests, so the node runs its previous control plane")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (s *Step) install(ctx context.Context, dir string, sums map[string]checksum.SHA256, name, dst string, log *slog.Logger) error {

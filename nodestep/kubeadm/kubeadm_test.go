@@ -231,7 +231,7 @@ func TestStepRun(t *testing.T) {
 				require.Greater(t, i, last, "%q after the commands before it in:\n%s", c, ran)
 				last = i
 			}
-			for _, n := range []string{"kubelet", "kubectl"} {
+			for _, n := range []string{"kubeadm", "kubelet", "kubectl"} {
 				b, err := os.ReadFile(filepath.Join(root, "usr/bin", n))
 				require.NoError(t, err)
 				if tt.unchanged || tt.wantErr != "" {
@@ -240,6 +240,7 @@ func TestStepRun(t *testing.T) {
 					assert.Equal(t, "new "+n, string(b))
 				}
 			}
+			assert.NoDirExists(t, filepath.Join(root, stagingDir), "the staged kubeadm is removed")
 			if tt.unchanged {
 				assert.NotContains(t, ran, "kubeadm upgrade")
 				assert.NotContains(t, ran, "systemctl restart")
@@ -253,6 +254,39 @@ func TestStepRun(t *testing.T) {
 				}
 			}
 			assert.Equal(t, tt.wantStages, got)
+		})
+	}
+}
+
+func TestApplyFailure(t *testing.T) {
+	t.Parallel()
+	const moved = `[upgrade/staticpods] Moving new manifest to "/etc/kubernetes/manifests/kube-apiserver.yaml" and backing up old manifest to "/etc/kubernetes/tmp/kubeadm-backup-manifests-2026-11-26-17-30-00/kube-apiserver.yaml"
+[upgrade/staticpods] Waiting for the kubelet to restart the component
+[upgrade/staticpods] This can take up to 5m0s
+`
+	tests := []struct {
+		name, out, want string
+	}{
+		{
+			name: "the API server never came up: restored",
+			out: moved + "error: error execution phase control-plane: couldn't complete the static pod upgrade: couldn't upgrade control plane. " +
+				"kubeadm has tried to recover everything into the earlier state. Errors faced: static Pod hash for component kube-apiserver on Node cp1 " +
+				"did not change after 5m0s: context deadline exceeded\n",
+			want: "the release's kube-apiserver did not come up within 5m0s; kubeadm restored the node's earlier static pod manifests, so the node runs its previous control plane",
+		},
+		{
+			name: "the scheduler's pods never listed",
+			out: "couldn't upgrade control plane. kubeadm has tried to recover everything into the earlier state. Errors faced: " +
+				`timed out waiting for pods with label "component=kube-scheduler": context deadline exceeded`,
+			want: "the release's kube-scheduler did not come up; kubeadm restored the node's earlier static pod manifests, so the node runs its previous control plane",
+		},
+		{name: "preflight error: nothing to say", out: "[preflight] Some fatal errors occurred:\n\t[ERROR CoreDNSUnsupportedPlugins]: ...", want: ""},
+		{name: "empty", out: "", want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tt.want, ApplyFailure([]byte(tt.out)))
 		})
 	}
 }
