@@ -314,9 +314,19 @@ func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*sy
 		refs[ref] = img
 		norms[ref] = norm
 	}
+	retag, err := normalRetag(a.Retag)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	used := map[string]bool{}
 	for _, tb := range a.Tarballs {
-		if err := addTarball(refs, norms, tb); err != nil {
+		if err := addTarball(refs, norms, tb, retag, used); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	for from := range retag {
+		if !used[from] {
+			return nil, fmt.Errorf("%s: retag %s: no tarball of the archive holds it", where, from)
 		}
 	}
 	if len(refs) == 0 {
@@ -401,7 +411,26 @@ func syntheticImage(ls []v1.Layer) (v1.Image, error) {
 }
 
 // addTarball adds every tagged image of a docker-save tarball to refs.
-func addTarball(refs map[name.Reference]v1.Image, norms map[name.Reference]string, p string) error {
+// normalRetag normalises both sides of an Archive's Retag.
+func normalRetag(retag map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(retag))
+	for from, to := range retag {
+		f, err := release.NormalizeRef(from)
+		if err != nil {
+			return nil, fmt.Errorf("retag %q: %w", from, err)
+		}
+		t, err := release.NormalizeRef(to)
+		if err != nil {
+			return nil, fmt.Errorf("retag %q: %w", to, err)
+		}
+		out[f] = t
+	}
+	return out, nil
+}
+
+// addTarball adds the tagged images of the docker-save tarball p, each under its retag when
+// retag names it (recorded in used).
+func addTarball(refs map[name.Reference]v1.Image, norms map[name.Reference]string, p string, retag map[string]string, used map[string]bool) error {
 	opener := func() (io.ReadCloser, error) { return os.Open(p) }
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
@@ -421,6 +450,16 @@ func addTarball(refs map[name.Reference]v1.Image, norms map[name.Reference]strin
 			img, err := tarball.Image(opener, &t)
 			if err != nil {
 				return fmt.Errorf("tarball %s: image %s: %w", p, tag, err)
+			}
+			if to, ok := retag[norm]; ok {
+				used[norm] = true
+				if t, err = name.NewTag(to, name.StrictValidation); err != nil {
+					return fmt.Errorf("tarball %s: retag %s as %q: %w", p, tag, to, err)
+				}
+				norm = to
+			}
+			if _, dup := norms[t]; dup {
+				return fmt.Errorf("tarball %s: two images named %s", p, norm)
 			}
 			refs[t] = img
 			norms[t] = norm

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"slices"
 	"strings"
 	"testing"
@@ -259,6 +260,65 @@ func TestBuildTreeTarball(t *testing.T) {
 	gotCfg, err := got.ConfigName()
 	require.NoError(t, err)
 	require.Equal(t, want, gotCfg)
+}
+
+// Retag names a tarball's image by another reference in the release: the archive and its list
+// hold the new name with the image's own bytes; a retag of a tag no tarball holds, or onto a name
+// the archive already has, is refused.
+func TestBuildTreeTarballRetag(t *testing.T) {
+	t.Parallel()
+	bad, err := random.Image(1024, 1)
+	require.NoError(t, err)
+	good, err := random.Image(1024, 1)
+	require.NoError(t, err)
+	badTag, err := name.NewTag("local/bad-kube-apiserver:v1.34.4")
+	require.NoError(t, err)
+	goodTag, err := name.NewTag("registry.k8s.io/pause:3.10")
+	require.NoError(t, err)
+	src := filepath.Join(t.TempDir(), "images.tar")
+	f, err := os.Create(src)
+	require.NoError(t, err)
+	require.NoError(t, tarball.MultiRefWrite(map[name.Reference]v1.Image{badTag: bad, goodTag: good}, f))
+	require.NoError(t, f.Close())
+
+	tests := []struct {
+		name    string
+		retag   map[string]string
+		want    []string
+		wantErr string
+	}{
+		{
+			name: "renamed", retag: map[string]string{"local/bad-kube-apiserver:v1.34.4": "registry.k8s.io/kube-apiserver:v1.34.4"},
+			want: []string{"registry.k8s.io/kube-apiserver:v1.34.4", "registry.k8s.io/pause:3.10"},
+		},
+		{name: "no such tag", retag: map[string]string{"local/other:1": "registry.k8s.io/kube-apiserver:v1.34.4"}, wantErr: "retag docker.io/local/other:1: no tarball of the archive holds it"},
+		{name: "onto a name the archive has", retag: map[string]string{"local/bad-kube-apiserver:v1.34.4": "registry.k8s.io/pause:3.10"}, wantErr: "two images named registry.k8s.io/pause:3.10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			res, err := BuildTree(t.Context(), Spec{Archives: []Archive{{Group: "common", Name: "k", Tarballs: []string{src}, Retag: tt.retag}}}, dir)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			refs := res.Archives[0].Refs()
+			sort.Strings(refs)
+			require.Equal(t, tt.want, refs)
+			save := decompress(t, dir, res.Archives[0].Archive)
+			to, err := name.NewTag(tt.want[0])
+			require.NoError(t, err)
+			got, err := tarball.ImageFromPath(save, &to)
+			require.NoError(t, err)
+			gotCfg, err := got.ConfigName()
+			require.NoError(t, err)
+			wantCfg, err := bad.ConfigName()
+			require.NoError(t, err)
+			require.Equal(t, wantCfg, gotCfg, "the new name holds the retagged image's bytes")
+		})
+	}
 }
 
 func TestBuildTreeWithoutMetadata(t *testing.T) {

@@ -56,6 +56,11 @@ type Archive struct {
 	Images []Image `json:"images,omitempty"`
 	// Tarballs are paths of docker-save tarballs (uncompressed) whose tagged images join the archive.
 	Tarballs []string `json:"tarballs,omitempty"`
+	// Retag gives images of Tarballs another reference in the archive and its list: each key is
+	// a tag a tarball holds, its value the reference the release names it by. It builds a
+	// release whose image under a well-known name is another one, such as a component that
+	// exits at once for a test of a release that fails.
+	Retag map[string]string `json:"retag,omitempty"`
 }
 
 // Image is one synthetic image: a linux/amd64 image whose layers hold random bytes.
@@ -146,6 +151,13 @@ func (s *Spec) Validate() error {
 		names[a.archivePath()] = true
 		if len(a.Images) == 0 && len(a.Tarballs) == 0 {
 			return fmt.Errorf("spec %s: an archive needs images or tarballs", where)
+		}
+		for from, to := range a.Retag {
+			for _, r := range []string{from, to} {
+				if _, err := release.NormalizeRef(r); err != nil {
+					return fmt.Errorf("spec %s.retag: %w", where, err)
+				}
+			}
 		}
 		for j, im := range a.Images {
 			if _, err := release.NormalizeRef(im.Ref); err != nil {
