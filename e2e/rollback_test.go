@@ -201,3 +201,122 @@ func waitPlanEnd(t *testing.T, c *cluster, name string, sample func([]apiv1beta1
 	require.NoError(t, err, "UpgradePlan %s ends", name)
 	return &plan
 }
+
+// badReleasePlan is the name of the plan TestKubeadmBadRelease runs.
+const badReleasePlan = "e2e-kubeadm-bad"
+
+// TestKubeadmBadRelease runs a release whose API server exits at once (hack/e2e.sh packs it with
+// BAD_COMPONENT=kube-apiserver) on a kubeadm cluster: the plan goes Failed within a bound, naming
+// the first control-plane node, the component and that kubeadm restored the node's manifests; no
+// other node was touched; the cluster still runs its version everywhere, with the node's own
+// kubeadm; and `upgrade-repo upgrade abort` leaves no node cordoned. It runs with E2E_ROLLBACK=1
+// after TestKubeadmRollback, on the cluster that test left.
+func TestKubeadmBadRelease(t *testing.T) {
+	if os.Getenv("E2E_ROLLBACK") != "1" {
+		t.Skip("E2E_ROLLBACK=1 runs the bad release's e2e")
+	}
+	c := env(t)
+	if c.formation != "kubeadm" {
+		t.Skip("formation kubeadm only (E2E_FORMATION=kubeadm E2E_ROLLBACK=1 make e2e)")
+	}
+	dir, sum, version := os.Getenv("E2E_BAD_RELEASE_DIR"), os.Getenv("E2E_BAD_RELEASE_CHECKSUM"), os.Getenv("E2E_BAD_RELEASE_VERSION")
+	image := os.Getenv("E2E_KUBEADM_IMAGE")
+	require.NotEmpty(t, dir, "E2E_BAD_RELEASE_DIR: hack/e2e.sh packs the release built to fail")
+	require.NotEmpty(t, version, "E2E_BAD_RELEASE_VERSION")
+	require.True(t, strings.HasPrefix(sum, "sha512:"), "E2E_BAD_RELEASE_CHECKSUM %q is not sha512:HEX", sum)
+	rel := releaseISO(t)
+	waitDaemonSetReady(t, c, c.release+"-agent", 8*time.Minute)
+
+	from := serverVersion(t, c)
+	before := kubeletVersions(t, c)
+	kubeadmBefore := kubeadmVersions(t, c)
+	t.Logf("before: API server %s, kubelets %v, kubeadm %v", from, before, kubeadmBefore)
+
+	deployOrigin(t, c, rel)
+	for _, n := range c.nodes {
+		placeFile(t, n.Name, filepath.Join(dir, "release.iso"), originHostDir+"/bad.iso")
+	}
+	agentsFollowPlans(t, c, rel)
+	badURL := strings.TrimSuffix(originURL(c), "release.iso") + "bad.iso"
+	recreate(t, c, &apiv1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: version},
+		Spec: apiv1beta1.VersionSpec{ISOURL: badURL, ISOChecksum: sum}})
+	deleteObject(t, c, &apiv1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: badReleasePlan}})
+	start := time.Now()
+	recreate(t, c, &apiv1beta1.UpgradePlan{
+		ObjectMeta: metav1.ObjectMeta{Name: badReleasePlan},
+		Spec:       apiv1beta1.UpgradePlanSpec{Version: version, Upgrade: &image, Mode: apiv1beta1.ModeAutomatic},
+	})
+	p := waitPlanEnd(t, c, badReleasePlan, nil)
+	took := time.Since(start)
+	operatorView(t, c, badReleasePlan, "final")
+	t.Logf("the bad release ended %s after its plan was created", took.Round(time.Second))
+	require.Equal(t, apiv1beta1.PhaseFailed, p.Status.Phase, "the bad release: %s", conditions(p.Status.Conditions))
+	require.Equal(t, apiv1beta1.PhaseNodeUpgrading, p.Status.FailedPhase)
+
+	t.Run("it failed on its first control plane, saying which component and what kubeadm did", func(t *testing.T) {
+		var failed []string
+		for n, s := range p.Status.NodeUpgradeStatuses {
+			if s.State == apiv1beta1.NodeUpgradeFailed {
+				failed = append(failed, n)
+				t.Logf("node %s: %s: %s", n, s.Reason, s.Message)
+				for _, want := range []string{"kube-apiserver", "did not come up", "restored", "first control-plane node"} {
+					require.Contains(t, s.Message, want, "node %s's message", n)
+				}
+			}
+		}
+		require.Len(t, failed, 1, "one node failed: %v", failed)
+		var node corev1.Node
+		require.NoError(t, c.cl.Get(t.Context(), client.ObjectKey{Name: failed[0]}, &node))
+		require.Contains(t, node.Labels, "node-role.kubernetes.io/control-plane", "the first node is a control plane")
+	})
+	t.Run("no other node was touched", func(t *testing.T) {
+		for n, s := range p.Status.NodeUpgradeStatuses {
+			switch s.State {
+			case apiv1beta1.NodeUpgradeFailed, "", apiv1beta1.NodeUpgradePending:
+			default:
+				t.Errorf("node %s: %s (%s)", n, s.State, s.Message)
+			}
+		}
+	})
+	t.Run("the cluster runs its version, with each node's own kubeadm", func(t *testing.T) {
+		require.Equal(t, from, serverVersion(t, c), "the API server's /version")
+		require.Equal(t, before, kubeletVersions(t, c))
+		require.Equal(t, kubeadmBefore, kubeadmVersions(t, c))
+	})
+	t.Run("upgrade abort leaves nothing behind", func(t *testing.T) {
+		bin := filepath.Join(c.artifacts, "upgrade-repo")
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, bin, "upgrade", "abort", badReleasePlan, "--yes", "--kubeconfig", os.Getenv("E2E_KUBECONFIG")).CombinedOutput()
+		cancel()
+		t.Logf("upgrade-repo upgrade abort %s:\n%s", badReleasePlan, out)
+		require.NoError(t, err, "upgrade abort: %s", out)
+		eventually(t, 2*time.Minute, "no node cordoned", func(ctx context.Context) error {
+			nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes.Items {
+				if n.Spec.Unschedulable {
+					return fmt.Errorf("node %s is cordoned", n.Name)
+				}
+			}
+			return nil
+		})
+		require.Equal(t, kubeadmBefore, kubeadmVersions(t, c))
+		require.Equal(t, from, serverVersion(t, c))
+	})
+}
+
+// kubeadmVersions maps each node to what its /usr/bin/kubeadm says it is.
+func kubeadmVersions(t *testing.T, c *cluster) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range c.nodes {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		b, err := exec.CommandContext(ctx, "docker", "exec", n.Name, "kubeadm", "version", "-o", "short").CombinedOutput()
+		cancel()
+		require.NoError(t, err, "kubeadm version on %s: %s", n.Name, b)
+		out[n.Name] = strings.TrimSpace(string(b))
+	}
+	return out
+}

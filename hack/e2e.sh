@@ -43,7 +43,10 @@
 #      must read the release's metadata from the repo the sequencer gives it; try; skip),
 #      E2E_KUBEADM_FROM_IMAGE and E2E_KUBEADM_WORK (formation kubeadm), E2E_IMAGE_GC (1: the
 #      kubelets' image garbage collection thresholds just above the host disk's usage, for
-#      TestPinsHoldAgainstImageGC; see below) and E2E_IMAGE_GC_MARGIN (percent above it, 4).
+#      TestPinsHoldAgainstImageGC; see below) and E2E_IMAGE_GC_MARGIN (percent above it, 4);
+#      E2E_ROLLBACK (1, formation kubeadm on patch versions of one minor: TestKubeadmRollback and
+#      TestKubeadmBadRelease, with E2E_ROLLBACK_PREVIOUS_DIR and E2E_ROLLBACK_PREVIOUS_CHECKSUM, the
+#      release of the version the cluster starts from; the release built to fail is packed here).
 # kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
 # there first, as it matches the offline node image.
 set -euo pipefail
@@ -369,6 +372,17 @@ if [ "$kubeadm_formation" = 1 ]; then
   # shellcheck source=/dev/null # written by hack/kubeadm-release.sh: kubernetes, etcd, coredns, sum
   . "$rel/release.env"
   images+=("$kubeadm_image")
+  if [ "${E2E_ROLLBACK:-0}" = 1 ]; then
+    # The release built to fail: the target's, with an API server that exits at once.
+    bad=$artifacts/kubeadm-bad-release
+    if [ "${E2E_PREBUILT:-0}" != 1 ] || [ ! -s "$bad/release.env" ]; then
+      UPGRADE_REPO=$artifacts/upgrade-repo K8S_WORK=$kubeadm_work BAD_COMPONENT=kube-apiserver RELEASE_VERSION=$kubernetes-bad \
+        bash hack/kubeadm-release.sh "$bad"
+    fi
+    export E2E_BAD_RELEASE_DIR=$bad E2E_BAD_RELEASE_CHECKSUM=sha512:$(sed -n 's/^sum=//p' "$bad/release.env") \
+      E2E_BAD_RELEASE_VERSION=$(sed -n 's/^release=//p' "$bad/release.env")
+    log "built the release built to fail: $E2E_BAD_RELEASE_VERSION (kube-apiserver exits at once)"
+  fi
 fi
 [ "$compat" = 1 ] && images+=("$script_image")
 retry 3 kind load docker-image "${images[@]}" --name "$cluster" >/dev/null

@@ -13,7 +13,9 @@
 # env: K8S_WORK (a ../shared/tools/kind-offline.sh WORK directory: its required-images.txt and
 #      bin/), or IMAGES (a file of image references, one a line) and BIN_DIR (kubeadm, kubelet,
 #      kubectl); K8S_VERSION (default: the kube-apiserver image's tag); UPGRADE_REPO (the binary,
-#      default bin/upgrade-repo, built when missing).
+#      default bin/upgrade-repo, built when missing); RELEASE_VERSION (the release's own version,
+#      default the Kubernetes version); BAD_COMPONENT (a control-plane image, e.g. kube-apiserver,
+#      replaced by one whose binary exits at once: a release built to fail on its first node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: kubeadm-release.sh OUT_DIR}
@@ -42,15 +44,31 @@ out=$(cd "$out" && pwd)
 stage=$out/stage
 rm -rf "$stage"
 mkdir -p "$stage/bin"
+retag=""
+release_version=${RELEASE_VERSION:-$version}
+if [ -n "${BAD_COMPONENT:-}" ]; then
+  bad_ref=""
+  for i in "${!refs[@]}"; do
+    case ${refs[$i]} in */"$BAD_COMPONENT":*) bad_ref=${refs[$i]}; refs[i]=local/bad-$BAD_COMPONENT:$version;; esac
+  done
+  [ -n "$bad_ref" ] || { echo "kubeadm-release: BAD_COMPONENT=$BAD_COMPONENT names no image of $images" >&2; exit 2; }
+  mkdir -p "$stage/bad"
+  (cd e2e && CGO_ENABLED=0 go build -o "$stage/bad/$BAD_COMPONENT" ./badcomponent)
+  printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nENTRYPOINT ["/usr/local/bin/%s"]\n' "$BAD_COMPONENT" "$BAD_COMPONENT" "$BAD_COMPONENT" > "$stage/bad/Dockerfile"
+  builder=()
+  docker buildx version >/dev/null 2>&1 || builder=(env DOCKER_BUILDKIT=0)
+  out_build=$("${builder[@]}" docker build -q -t "local/bad-$BAD_COMPONENT:$version" "$stage/bad" 2>&1) || { echo "kubeadm-release: docker build of the bad $BAD_COMPONENT: $out_build" >&2; exit 1; }
+  retag="    retag: {\"local/bad-$BAD_COMPONENT:$version\": \"$bad_ref\"}"
+fi
 docker save -o "$stage/images.tar" "${refs[@]}"
 for b in kubeadm kubelet kubectl; do cp "$bin_dir/$b" "$stage/bin/$b"; done
 (cd "$stage/bin" && sha256sum kubeadm kubelet kubectl > SHA256SUMS)
 cat > "$out/spec.yaml" <<SPEC
 # The release of a kubeadm cluster at Kubernetes $version (hack/kubeadm-release.sh).
-version: $version
+version: $release_version
 noBoot: true
 release:
-  harvester: $version
+  harvester: $release_version
   kubernetes: $version
   etcd: "$etcd"
   coredns: "$coredns"
@@ -61,6 +79,7 @@ archives:
     name: kubernetes-images-$version
     dir: kubernetes
     tarballs: [$stage/images.tar]
+$retag
 files:
   - {path: kubernetes/linux-amd64/kubeadm, source: $stage/bin/kubeadm}
   - {path: kubernetes/linux-amd64/kubelet, source: $stage/bin/kubelet}
@@ -70,6 +89,7 @@ SPEC
 "$upgrade_repo" release pack --spec "$out/spec.yaml" --out "$out/release.iso" -o json > "$out/release.json.tmp"
 mv "$out/release.json.tmp" "$out/release.json"
 {
+  echo "release=$release_version"
   echo "kubernetes=$version"
   echo "etcd=$etcd"
   echo "coredns=$coredns"
