@@ -45,6 +45,15 @@ type Judgement struct {
 	// ControlPlaneNodes and OtherNodes are the nodes the plan works on, in upgrade order
 	// (NodeOrder of PlanNodes).
 	ControlPlaneNodes, OtherNodes []string
+	// WorkersFirst says the other nodes go before the control plane (WorkersFirst of the plan).
+	WorkersFirst bool
+}
+
+// WorkersFirst reports whether plan p takes the nodes that are not control planes first, then
+// the control plane one at a time: a rollback does, so that no kubelet is ever newer than the
+// API server it talks to; an upgrade takes the control plane first for the same reason.
+func WorkersFirst(p *v1beta1.UpgradePlan) bool {
+	return p != nil && p.Spec.Rollback != nil
 }
 
 // Judge judges plan p on the facts f. It is pure. Only p's spec (version, force,
@@ -86,6 +95,7 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 	}
 	j := Judgement{Input: in, Result: policy.Evaluate(in)}
 	j.ControlPlaneNodes, j.OtherNodes = NodeOrder(nodes)
+	j.WorkersFirst = WorkersFirst(p)
 	return j
 }
 

@@ -118,7 +118,7 @@ func (d *decider) rollbackNotes() {
 func (d *decider) startInOrder(r *nodeRound, cp, others []string) []string {
 	first, firstLimit, then, thenLimit := cp, 1, others, nodeConcurrency(d.o.Plan)
 	waitReason := "WaitingForControlPlane"
-	if d.o.Plan.Spec.Rollback != nil {
+	if WorkersFirst(d.o.Plan) {
 		first, firstLimit, then, thenLimit = others, nodeConcurrency(d.o.Plan), cp, 1
 		waitReason = "WaitingForWorkers"
 	}

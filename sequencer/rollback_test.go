@@ -213,6 +213,16 @@ func TestDecideRollbackOrder(t *testing.T) {
 			})
 			d := sequencer.Decide(decideCfg, o)
 			require.Equal(t, tt.want, started(d))
+			// What plan and status show of the order is what was started.
+			j := sequencer.Judge(o.Plan, sequencer.JudgeFacts{Nodes: o.Nodes})
+			require.Equal(t, tt.rollback, j.WorkersFirst)
+			firstGroup := j.ControlPlaneNodes
+			if j.WorkersFirst {
+				firstGroup = j.OtherNodes
+			}
+			if tt.waiting != "" {
+				require.Subset(t, firstGroup, tt.want, "started from the group the judgement puts first")
+			}
 			if tt.waiting != "" {
 				require.Equal(t, tt.waiting, d.Status.NodeUpgradeStatuses["cp-1"].Reason)
 			}

@@ -81,6 +81,8 @@ type planReport struct {
 	// ControlPlaneNodes and OtherNodes give the node upgrade order when a cluster was asked.
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
+	// WorkersFirst says the other nodes go first, then the control plane (a rollback).
+	WorkersFirst bool `json:"workersFirst,omitempty"`
 	Notes             []string `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
@@ -252,7 +254,7 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	facts.Installed.Release = currentRel
 	j := sequencer.Judge(p, facts)
 	if c != nil {
-		rep.ControlPlaneNodes, rep.OtherNodes = j.ControlPlaneNodes, j.OtherNodes
+		rep.ControlPlaneNodes, rep.OtherNodes, rep.WorkersFirst = j.ControlPlaneNodes, j.OtherNodes, j.WorkersFirst
 	}
 	in, res := j.Input, j.Result
 	rep.Allowed = res.Allowed

@@ -91,7 +91,12 @@ func printUpgradePlan(w io.Writer, rep *planReport) error {
 	for i, p := range rep.Phases {
 		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, p.Phase, p.What)
 	}
-	if len(rep.ControlPlaneNodes)+len(rep.OtherNodes) > 0 {
+	switch {
+	case len(rep.ControlPlaneNodes)+len(rep.OtherNodes) == 0:
+	case rep.WorkersFirst:
+		fmt.Fprintf(w, "Node order: %s, then control plane %s one at a time (a rollback: no kubelet newer than the API server)\n",
+			planListOrNone(rep.OtherNodes), planListOrNone(rep.ControlPlaneNodes))
+	default:
 		fmt.Fprintf(w, "Node order: control plane %s one at a time, then %s\n",
 			planListOrNone(rep.ControlPlaneNodes), planListOrNone(rep.OtherNodes))
 	}
