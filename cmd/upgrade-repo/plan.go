@@ -82,8 +82,8 @@ type planReport struct {
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
 	// WorkersFirst says the other nodes go first, then the control plane (a rollback).
-	WorkersFirst bool `json:"workersFirst,omitempty"`
-	Notes             []string `json:"notes,omitempty"`
+	WorkersFirst bool     `json:"workersFirst,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
 }
