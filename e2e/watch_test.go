@@ -45,29 +45,9 @@ func TestAgentsWatchPlans(t *testing.T) {
 		return out, nil
 	}
 
-	sequencer := c.release + "-sequencer"
-	was, err := c.cs.AppsV1().Deployments(c.namespace).GetScale(t.Context(), sequencer, metav1.GetOptions{})
-	require.NoError(t, err)
-	scale(t, c, sequencer, 0)
-	// A replica still terminating could write the plan's status after this test does.
-	eventually(t, 2*time.Minute, "no sequencer pod left", func(ctx context.Context) error {
-		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/component=sequencer,app.kubernetes.io/instance=" + c.release,
-		})
-		if err != nil {
-			return err
-		}
-		if n := len(pods.Items); n > 0 {
-			return fmt.Errorf("%d sequencer pods", n)
-		}
-		return nil
-	})
 	// Deferred, not a Cleanup: the test's context, which the helpers use, is cancelled before
 	// Cleanup functions run.
-	defer func() {
-		scale(t, c, sequencer, was.Spec.Replicas)
-		eventuallyDeploymentReady(t, c, sequencer, 5*time.Minute)
-	}()
+	defer stopSequencer(t, c)()
 	plan := &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-watch"},
 		Spec:       apiv1beta1.UpgradePlanSpec{Version: "v0.0.0-watch"},
@@ -121,6 +101,34 @@ func TestAgentsWatchPlans(t *testing.T) {
 	start = time.Now()
 	for node, d := range measure("the plan's deletion", start, func(s string) bool { return s != planned }) {
 		require.Less(t, d, instructionLatency, "the agent on %s acted on the deletion after %s", node, d)
+	}
+}
+
+// stopSequencer scales the sequencer to zero and waits until no replica is left (one still
+// terminating could write a plan's status after the test does); the function it returns scales
+// it back and waits for it to be ready. Call that deferred, not in a Cleanup: the test's context,
+// which the helpers use, is cancelled before Cleanup functions run.
+func stopSequencer(t *testing.T, c *cluster) (restore func()) {
+	t.Helper()
+	sequencer := c.release + "-sequencer"
+	was, err := c.cs.AppsV1().Deployments(c.namespace).GetScale(t.Context(), sequencer, metav1.GetOptions{})
+	require.NoError(t, err)
+	scale(t, c, sequencer, 0)
+	eventually(t, 2*time.Minute, "no sequencer pod left", func(ctx context.Context) error {
+		pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=sequencer,app.kubernetes.io/instance=" + c.release,
+		})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d sequencer pods", n)
+		}
+		return nil
+	})
+	return func() {
+		scale(t, c, sequencer, was.Spec.Replicas)
+		eventuallyDeploymentReady(t, c, sequencer, 5*time.Minute)
 	}
 }
 
