@@ -44,7 +44,8 @@ var manifestAccept = strings.Join([]string{
 // agent's metrics show the blob bytes came from a peer. That node's agent first loses its own
 // image lists and restarts, as on a node that joined after the upgrade: it serves the release
 // from what the cluster records on the Version. The node's mirror answers a release image
-// by tag and refuses (404) an image that is not the release's.
+// by tag and refuses (404) an image that is not the release's; a pod that names the release
+// image by its manifest digest starts there too, the image removed again first.
 func requireMirrorPull(t *testing.T, c *cluster, version string) {
 	t.Helper()
 	require.Contains(t, releaseISO(t).refs(), releaseCheckImage, "the release ISO lacks its runnable image (hack/e2e.sh packs it)")
@@ -111,25 +112,11 @@ func requireMirrorPull(t *testing.T, c *cluster, version string) {
 		}
 	})
 
-	// As the image garbage collection would: the image and, with --sync, its content.
-	eventually(t, time.Minute, "remove "+releaseCheckImage+" from "+n.Name, func(ctx context.Context) error {
-		if _, err := nodeCmd(ctx, n.Name, "ctr", "-n", "k8s.io", "images", "rm", "--sync", releaseCheckImage); err != nil &&
-			!strings.Contains(err.Error(), "not found") {
-			return err
-		}
-		out, err := nodeCmd(ctx, n.Name, "ctr", "-n", "k8s.io", "images", "ls", "-q")
-		if err != nil {
-			return err
-		}
-		if slices.Contains(strings.Fields(out), releaseCheckImage) {
-			return errors.New("still listed")
-		}
-		return nil
-	})
+	removeImage(t, n.Name, releaseCheckImage)
 	before := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
 	t.Logf("removed %s from %s; its agent had sent %.0f blob bytes from peers", releaseCheckImage, n.Name, before)
 
-	pod, events, err := runReleaseCheck(t, c, n.Name, "e2e-mirror-pull", corev1.PullIfNotPresent)
+	pod, events, err := runReleaseCheck(t, c, n.Name, "e2e-mirror-pull", releaseCheckImage, corev1.PullIfNotPresent)
 	if err != nil {
 		out, _ := nodeCmd(t.Context(), n.Name, "sh", "-c", "ls -R /etc/containerd/certs.d; cat /etc/containerd/certs.d/docker.io/hosts.toml; grep -n config_path /etc/containerd/config.toml")
 		t.Logf("containerd's registry configuration on %s:\n%s", n.Name, out)
@@ -144,13 +131,74 @@ func requireMirrorPull(t *testing.T, c *cluster, version string) {
 	require.Greater(t, after-before, float64(1<<20), "blob bytes the agent of %s passed on from peers", n.Name)
 	requireImages(t, n.Name, []string{releaseCheckImage})
 	require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+
+	t.Run("a pod that names the release image by digest starts too", func(t *testing.T) {
+		// The manifest digest another node's import wrote (the one a pod spec would name), and
+		// the one the Version records where the ISO's archive names it.
+		digest := manifestDigest(t, c.nodes[0].Name, releaseCheckImage)
+		for _, d := range v.Status.ImageDigests {
+			if d.Ref == releaseCheckImage && d.Manifest != "" {
+				require.Equal(t, d.Manifest, digest, "the manifest digest the Version records")
+			}
+		}
+		byDigest := strings.TrimSuffix(releaseCheckImage, ":v1.5.2") + "@" + digest
+		removeImage(t, n.Name, releaseCheckImage)
+		pod, events, err := runReleaseCheck(t, c, n.Name, "e2e-mirror-pull-digest", byDigest, corev1.PullIfNotPresent)
+		require.NoError(t, err, "a pod of %s on %s with the image removed; events:\n%s", byDigest, n.Name, strings.Join(events, "\n"))
+		t.Logf("pod %s ran %s on %s; events: %s", pod.Name, byDigest, n.Name, strings.Join(events, "; "))
+		require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+		// The node as it was: the release image under its tag.
+		pod, events, err = runReleaseCheck(t, c, n.Name, "e2e-mirror-pull", releaseCheckImage, corev1.PullIfNotPresent)
+		require.NoError(t, err, "the tag again; events:\n%s", strings.Join(events, "\n"))
+		require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	})
+}
+
+// manifestDigest is the digest of the manifest node's containerd holds for image ref.
+func manifestDigest(t *testing.T, node, ref string) string {
+	t.Helper()
+	var d string
+	eventually(t, time.Minute, "the manifest digest of "+ref+" on "+node, func(ctx context.Context) error {
+		out, err := nodeCmd(ctx, node, "ctr", "-n", "k8s.io", "images", "ls", "name=="+ref)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == ref && strings.HasPrefix(f[2], "sha256:") {
+				d = f[2]
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not listed on %s:\n%s", ref, node, out)
+	})
+	return d
+}
+
+// removeImage removes image ref and its content from node's containerd, as the image garbage
+// collection would.
+func removeImage(t *testing.T, node, ref string) {
+	t.Helper()
+	eventually(t, time.Minute, "remove "+ref+" from "+node, func(ctx context.Context) error {
+		if _, err := nodeCmd(ctx, node, "ctr", "-n", "k8s.io", "images", "rm", "--sync", ref); err != nil &&
+			!strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		out, err := nodeCmd(ctx, node, "ctr", "-n", "k8s.io", "images", "ls", "-q")
+		if err != nil {
+			return err
+		}
+		if slices.Contains(strings.Fields(out), ref) {
+			return errors.New("still listed")
+		}
+		return nil
+	})
 }
 
 // runReleaseCheck runs a pod of the release's runnable image on node with the pull policy given
 // and waits up to three minutes for it to succeed; it returns the pod, its events and, when it
 // did not succeed, why (the waiting containers' reasons logged). The pod printed its greeting
 // when err is nil.
-func runReleaseCheck(t *testing.T, c *cluster, node, name string, policy corev1.PullPolicy) (*corev1.Pod, []string, error) {
+func runReleaseCheck(t *testing.T, c *cluster, node, name, image string, policy corev1.PullPolicy) (*corev1.Pod, []string, error) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
@@ -159,7 +207,7 @@ func runReleaseCheck(t *testing.T, c *cluster, node, name string, policy corev1.
 			RestartPolicy: corev1.RestartPolicyNever,
 			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
-				Name: "release-check", Image: releaseCheckImage, ImagePullPolicy: policy,
+				Name: "release-check", Image: image, ImagePullPolicy: policy,
 				SecurityContext: restricted(65534),
 			}},
 		},
@@ -257,7 +305,7 @@ func requireRunsFromPreload(t *testing.T, c *cluster, node string) {
 	chain := chainIDOnNode(t, node, releaseCheckImage)
 	info, err := nodeCmd(t.Context(), node, "ctr", "-n", "k8s.io", "snapshots", "--snapshotter", "overlayfs", "info", chain)
 	require.NoError(t, err, "%s: no snapshot %s of %s before its first container: %s", node, chain, releaseCheckImage, info)
-	pod, events, err := runReleaseCheck(t, c, node, "e2e-from-preload", corev1.PullNever)
+	pod, events, err := runReleaseCheck(t, c, node, "e2e-from-preload", releaseCheckImage, corev1.PullNever)
 	require.NoError(t, err, "a pod of %s on %s, never pulled; events:\n%s", releaseCheckImage, node, strings.Join(events, "\n"))
 	require.False(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulling") }),
 		"the kubelet pulled %s on %s; events:\n%s", releaseCheckImage, node, strings.Join(events, "\n"))
