@@ -13,6 +13,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
@@ -121,7 +122,11 @@ type isoImage struct {
 // downloading it (a few hundred KB for a listing or the release metadata), all its reads within
 // timeout (none when it is 0).
 func isoOpen(ctx context.Context, a *app, name string, timeout time.Duration) (*isoImage, error) {
-	if repoclient.IsURL(name) {
+	remote, err := isorelease.CheckSource(name)
+	if err != nil {
+		return nil, err
+	}
+	if remote {
 		r, err := httprange.Open(ctx, &http.Client{Timeout: 5 * time.Minute}, name, httprange.WithDeadline(timeout))
 		if err != nil {
 			return nil, err
