@@ -10,6 +10,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
@@ -35,11 +36,12 @@ within --timeout (default 30m) for the whole command, and printed without its se
 
 // runISO inspects an ISO image without mounting it.
 func runISO(ctx context.Context, a *app, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		fmt.Fprint(a.stderr, isoUsage)
+		return fmt.Errorf("%w: iso needs a command", errUsage)
+	}
+	if cli.IsHelp(args) {
 		fmt.Fprint(a.stdout, isoUsage)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: iso needs a command", errUsage)
-		}
 		return nil
 	}
 	cmds := map[string]func(context.Context, *app, []string) error{
@@ -54,14 +56,14 @@ func runISO(ctx context.Context, a *app, args []string) error {
 }
 
 // isoFlags parses flags that may come before, between or after the positional arguments.
-func isoFlags(fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
+func isoFlags(a *app, fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "usage: upgrade-repo iso %s [flags] ISO [...] (upgrade-repo iso help lists the commands)\n", fset.Name())
 		fset.PrintDefaults()
 	}
 	var pos []string
 	for {
-		switch help, err := parseFlags(fset, args); {
+		switch help, err := parseFlags(a.stdout, fset, args); {
 		case help:
 			return nil, flag.ErrHelp // the usage is printed; main exits 0
 		case err != nil:
@@ -184,7 +186,7 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 	recursive := fset.Bool("R", false, "list subdirectories recursively")
 	long := fset.Bool("l", false, "long listing: mode, links, owner, size, time, name")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 2)
+	pos, err := isoFlags(a, fset, args, 1, 2)
 	if err != nil {
 		return err
 	}
@@ -232,7 +234,7 @@ func isoJSON(w io.Writer, v any) error {
 func isoStat(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "stat")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, 2)
+	pos, err := isoFlags(a, fset, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -273,7 +275,7 @@ func isoCat(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, 2)
+	pos, err := isoFlags(a, fset, args, 2, 2)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 func isoInfo(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "info")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 1)
+	pos, err := isoFlags(a, fset, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "verify")
 	sum := fset.String("checksum", "", "expected digest of the whole image: sha512:HEX (the prefix optional, any case, as everywhere) or sha256:HEX")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 1)
+	pos, err := isoFlags(a, fset, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("extract", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, -1)
+	pos, err := isoFlags(a, fset, args, 2, -1)
 	if err != nil {
 		return err
 	}

@@ -75,11 +75,12 @@ func main() {
 // run dispatches to the subcommand named by args[0].
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return fmt.Errorf("%w: a subcommand is required", errUsage)
+	}
+	if cli.IsHelp(args) {
 		usage(stdout, cmds)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: a subcommand is required", errUsage)
-		}
 		return nil
 	}
 	if args[0] == "--version" || args[0] == "-version" {
@@ -103,8 +104,8 @@ func checkOutput(got string, formats ...string) error {
 }
 
 // parseFlags parses a subcommand's flags (cli.ParseFlags).
-func parseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
-	return cli.ParseFlags(fset, args)
+func parseFlags(stdout io.Writer, fset *flag.FlagSet, args []string) (help bool, err error) {
+	return cli.ParseFlags(stdout, fset, args)
 }
 
 func usage(w io.Writer, cmds map[string]command) {

@@ -37,11 +37,11 @@ func runMirror(_ context.Context, a *app, args []string) error {
 	var dir, url, regs string
 	fset := flag.NewFlagSet("mirror hosts", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, mirrorUsage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), mirrorUsage); fset.PrintDefaults() }
 	fset.StringVar(&dir, "config-dir", "/etc/containerd/certs.d", "containerd's registry configuration directory (its CRI registry config_path)")
 	fset.StringVar(&url, "mirror", "", "the URL the node's containerd reaches its agent's registry at, such as http://10.0.0.5:5050")
 	fset.StringVar(&regs, "registries", "", "comma-separated registries to mirror, such as docker.io,registry.suse.com")
-	if help, err := parseFlags(fset, args[1:]); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args[1:]); help || err != nil {
 		return err
 	}
 	list := strings.FieldsFunc(regs, func(r rune) bool { return r == ',' || r == ' ' })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"time"
@@ -94,10 +95,10 @@ func (k kubeOptions) check() error {
 }
 
 // parseVerbArgs parses a verb's flags, which may come before or after its arguments (PLAN), as
-// with kubectl, and returns the arguments.
-func parseVerbArgs(fset *flag.FlagSet, args []string) (pos []string, help bool, err error) {
+// with kubectl, and returns the arguments. -h prints the usage to stdout.
+func parseVerbArgs(stdout io.Writer, fset *flag.FlagSet, args []string) (pos []string, help bool, err error) {
 	for {
-		if help, err := parseFlags(fset, args); help || err != nil {
+		if help, err := parseFlags(stdout, fset, args); help || err != nil {
 			return nil, help, err
 		}
 		if fset.NArg() == 0 {

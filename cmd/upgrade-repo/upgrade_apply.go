@@ -70,11 +70,11 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	o.flags(fset)
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]")
-		fmt.Fprintln(a.stderr, "exit status: 0 the plan Succeeded, 1 refused, Failed or deleted, 2 usage, 3 --timeout")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]")
+		fmt.Fprintln(fset.Output(), "exit status: 0 the plan Succeeded, 1 refused, Failed or deleted, 2 usage, 3 --timeout")
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

@@ -33,10 +33,10 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 		extra(fset)
 	}
 	fset.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s PLAN [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
+		fmt.Fprintf(fset.Output(), "usage: upgrade-repo upgrade %s PLAN [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return o, help, err
 	}

@@ -27,12 +27,12 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.name, "name", "", "the UpgradePlan's `name`; default: VERSION-NODE, dots as dashes")
 	o.flags(fset)
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade node NODE [--version V] [--name PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  creates an UpgradePlan limited to NODE (spec.nodeUpgradeOption.nodes), e.g. for a node a plan skipped, once it is back;")
-		fmt.Fprintln(a.stderr, "  a plan in flight for the same node and Version is reported, not created again")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo upgrade node NODE [--version V] [--name PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
+		fmt.Fprintln(fset.Output(), "  creates an UpgradePlan limited to NODE (spec.nodeUpgradeOption.nodes), e.g. for a node a plan skipped, once it is back;")
+		fmt.Fprintln(fset.Output(), "  a plan in flight for the same node and Version is reported, not created again")
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

@@ -21,10 +21,10 @@ func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k ku
 	fset.SetOutput(a.stderr)
 	k.flags(fset)
 	fset.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
+		fmt.Fprintf(fset.Output(), "usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return "", k, help, err
 	}

@@ -19,12 +19,12 @@ func runUpgradeSkip(ctx context.Context, a *app, args []string) error {
 	fset.SetOutput(a.stderr)
 	k.flags(fset)
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade skip [PLAN] NODE... [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  adds the nodes to spec.nodeUpgradeOption.skipNodes of PLAN, else of the plan in flight: the plan finishes")
-		fmt.Fprintln(a.stderr, "  without them and they stay at their version (never a control-plane node); upgrade node NODE upgrades one later")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo upgrade skip [PLAN] NODE... [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
+		fmt.Fprintln(fset.Output(), "  adds the nodes to spec.nodeUpgradeOption.skipNodes of PLAN, else of the plan in flight: the plan finishes")
+		fmt.Fprintln(fset.Output(), "  without them and they stay at their version (never a control-plane node); upgrade node NODE upgrades one later")
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

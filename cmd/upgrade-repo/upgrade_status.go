@@ -50,11 +50,11 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
+		fmt.Fprintln(fset.Output(), "  without PLAN: the newest plan that is not finished, else the newest plan")
 		fset.PrintDefaults()
 	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}
