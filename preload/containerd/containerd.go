@@ -8,8 +8,8 @@
 // 1.7 and 2.x daemons: it uses the content, images, leases and introspection services, and for
 // unpacking the snapshots and diff services.
 //
-// Imports: preload, registry, internal/pagecache and containerd's client; it alone of the module imports containerd (depguard
-// rule containerd, boundary test).
+// Imports: preload, registry, internal/pagecache and containerd's client; it alone of the module
+// imports containerd (internal/boundary).
 package containerd
 
 import (
