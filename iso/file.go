@@ -16,7 +16,7 @@ var ErrNotFile = errors.New("not an ISO image file")
 // CheckFile checks, before anything is read, that name is what an ISO image is read from: a
 // regular file that exists. Its error says what name is instead: "/srv is a directory, not an ISO
 // image file" (wrapping ErrNotFile), likewise a URL (scheme://, which no file path given on a
-// command line starts with), a device or a socket; a file that does not exist gets the error of
+// command line starts with) and a special file (a device, a socket); a file that does not exist gets the error of
 // os.Stat (fs.ErrNotExist), with the directory a relative path was looked up in.
 func CheckFile(name string) error {
 	if name == "" {
@@ -35,20 +35,7 @@ func CheckFile(name string) error {
 	case fi.IsDir():
 		return fmt.Errorf("%s is a directory, %w", name, ErrNotFile)
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s is a %s, %w", name, kind(fi.Mode()), ErrNotFile)
+		return fmt.Errorf("%s is a special file (a device, a socket or a pipe; mode %s), %w", name, fi.Mode(), ErrNotFile)
 	}
 	return nil
-}
-
-// kind names the type of a file that is neither regular nor a directory.
-func kind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	}
-	return "special file"
 }

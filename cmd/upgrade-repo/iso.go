@@ -10,7 +10,6 @@ import (
 	"path"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
@@ -36,13 +35,8 @@ within --timeout (default 30m) for the whole command, and printed without its se
 
 // runISO inspects an ISO image without mounting it.
 func runISO(ctx context.Context, a *app, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(a.stderr, isoUsage)
-		return fmt.Errorf("%w: iso needs a command", errUsage)
-	}
-	if cli.IsHelp(args) {
-		fmt.Fprint(a.stdout, isoUsage)
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, isoUsage) }, "iso needs a command"); done {
+		return err
 	}
 	cmds := map[string]func(context.Context, *app, []string) error{
 		"ls": isoLs, "stat": isoStat, "cat": isoCat, "info": isoInfo, "extract": isoExtract, "verify": isoVerify,
@@ -55,7 +49,8 @@ func runISO(ctx context.Context, a *app, args []string) error {
 	return run(ctx, a, args[1:])
 }
 
-// isoFlags parses flags that may come before, between or after the positional arguments.
+// isoFlags parses flags that may come before, between or after the positional arguments, checks
+// their number (least, and most unless it is negative) and the -o of a command that has one.
 func isoFlags(a *app, fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "usage: upgrade-repo iso %s [flags] ISO [...] (upgrade-repo iso help lists the commands)\n", fset.Name())
@@ -78,6 +73,11 @@ func isoFlags(a *app, fset *flag.FlagSet, args []string, least, most int) ([]str
 	}
 	if len(pos) < least || (most >= 0 && len(pos) > most) {
 		return nil, fmt.Errorf("%w: iso %s: wrong number of arguments (see upgrade-repo iso help)", errUsage, fset.Name())
+	}
+	if o := fset.Lookup("o"); o != nil {
+		if err := checkOutput(o.Value.String(), "text", "json"); err != nil {
+			return nil, err
+		}
 	}
 	return pos, nil
 }
@@ -105,11 +105,6 @@ func isoName(name string) string {
 		return redact.URL(name)
 	}
 	return name
-}
-
-// isoCheckFormat checks -o of the iso commands.
-func isoCheckFormat(out string) error {
-	return checkOutput(out, "text", "json")
 }
 
 // isoImage is an opened image.
@@ -159,17 +154,22 @@ func isoOpen(ctx context.Context, a *app, name string, timeout time.Duration) (*
 
 func (im *isoImage) Close() error { return im.close() }
 
-// isoOpenPath checks the user's path p, then opens the image name.
-func isoOpenPath(ctx context.Context, a *app, name, p string, timeout time.Duration) (*isoImage, string, error) {
-	clean, err := isoPath(p)
+// isoOpenPath parses the flags and the arguments ISO PATH of a command (stat, cat), checks PATH,
+// then opens ISO. It returns the image, ISO as given and PATH as an fs.FS path.
+func isoOpenPath(ctx context.Context, a *app, fset *flag.FlagSet, args []string, timeout *time.Duration) (*isoImage, string, string, error) {
+	pos, err := isoFlags(a, fset, args, 2, 2)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	im, err := isoOpen(ctx, a, name, timeout)
+	clean, err := isoPath(pos[1])
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return im, clean, nil
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return im, pos[0], clean, nil
 }
 
 // isoPath turns a user's path ("/bundle/", "bundle", "/") into an fs.FS path.
@@ -188,9 +188,6 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(a, fset, args, 1, 2)
 	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
 	target := "."
@@ -234,21 +231,14 @@ func isoJSON(w io.Writer, v any) error {
 func isoStat(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "stat")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(a, fset, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
-		return err
-	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
+	im, name, p, err := isoOpenPath(ctx, a, fset, args, timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	info, err := im.fsys.Lstat(p)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", isoName(pos[0]), err)
+		return fmt.Errorf("stat %s: %w", isoName(name), err)
 	}
 	e := inspect.Describe(im.fsys, p, info)
 	if *out == "json" {
@@ -275,25 +265,21 @@ func isoCat(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(a, fset, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
+	im, name, p, err := isoOpenPath(ctx, a, fset, args, timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	f, err := im.fsys.Open(p)
 	if err != nil {
-		return fmt.Errorf("cat %s: %w", isoName(pos[0]), err)
+		return fmt.Errorf("cat %s: %w", isoName(name), err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return fmt.Errorf("cat %s: is a directory", pos[1])
+		return fmt.Errorf("cat %s: is a directory", p)
 	}
 	if _, err := io.Copy(a.stdout, inspect.Reader{Ctx: ctx, R: f}); err != nil {
-		return fmt.Errorf("cat %s: %w", pos[1], err)
+		return fmt.Errorf("cat %s: %w", p, err)
 	}
 	return nil
 }

@@ -23,9 +23,6 @@ func isoInfo(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := isoCheckFormat(*out); err != nil {
-		return err
-	}
 	im, err := isoOpen(ctx, a, pos[0], *timeout)
 	if err != nil {
 		return err
@@ -86,9 +83,6 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 	timeout := isoTimeoutFlag(fset)
 	pos, err := isoFlags(a, fset, args, 1, 1)
 	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
 	var want isoDigest

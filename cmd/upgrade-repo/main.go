@@ -75,13 +75,8 @@ func main() {
 // run dispatches to the subcommand named by args[0].
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmds := commands()
-	if len(args) == 0 {
-		usage(stderr, cmds)
-		return fmt.Errorf("%w: a subcommand is required", errUsage)
-	}
-	if cli.IsHelp(args) {
-		usage(stdout, cmds)
-		return nil
+	if done, err := helpOrMissing(stdout, stderr, args, func(w io.Writer) { usage(w, cmds) }, "a subcommand is required"); done {
+		return err
 	}
 	if args[0] == "--version" || args[0] == "-version" {
 		args = append([]string{"version"}, args[1:]...) // as helm and kubectl take it
@@ -96,6 +91,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return nil // a command's usage, asked for and printed
+}
+
+// helpOrMissing handles what a command with subcommands does before it dispatches: given none, it
+// prints its usage to stderr and returns a usage error that says missing; asked for its usage
+// (-h, --help, help), it prints it to stdout. done is false when args names a subcommand.
+func helpOrMissing(stdout, stderr io.Writer, args []string, usage func(io.Writer), missing string) (done bool, err error) {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return true, fmt.Errorf("%w: %s", errUsage, missing)
+	case cli.IsHelp(args):
+		usage(stdout)
+		return true, nil
+	}
+	return false, nil
 }
 
 // checkOutput checks a command's -o (cli.CheckOutput).

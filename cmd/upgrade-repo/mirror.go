@@ -4,13 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
-	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 	"github.com/upgrade-repo/upgrade-repo/registry/hoststoml"
@@ -26,11 +26,10 @@ release's images from it first. A hosts.toml that upgrade-repo did not write is 
 
 // runMirror runs "mirror hosts".
 func runMirror(_ context.Context, a *app, args []string) error {
-	if cli.IsHelp(args) {
-		fmt.Fprint(a.stdout, mirrorUsage)
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, mirrorUsage) }, "mirror takes the subcommand hosts"); done {
+		return err
 	}
-	if len(args) == 0 || args[0] != "hosts" {
+	if args[0] != "hosts" {
 		fmt.Fprint(a.stderr, mirrorUsage)
 		return fmt.Errorf("%w: mirror takes the subcommand hosts", errUsage)
 	}

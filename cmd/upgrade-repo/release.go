@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
-	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
@@ -27,13 +27,8 @@ release/pack.Spec).
 
 // runRelease dispatches the release subcommands (only pack for now).
 func runRelease(ctx context.Context, a *app, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(a.stderr, releaseUsage)
-		return fmt.Errorf("%w: release needs a subcommand: pack", errUsage)
-	}
-	if cli.IsHelp(args) {
-		fmt.Fprint(a.stdout, releaseUsage)
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, releaseUsage) }, "release needs a subcommand: pack"); done {
+		return err
 	}
 	if args[0] != "pack" {
 		return fmt.Errorf("%w: unknown release subcommand %q (want pack)", errUsage, args[0])

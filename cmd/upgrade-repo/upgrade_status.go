@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,19 +40,15 @@ type upgradeStatusOptions struct {
 // until the plan ends, and fails when it failed.
 func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	var o upgradeStatusOptions
-	fset := flag.NewFlagSet("upgrade status", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, "status",
+		"usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]",
+		"  without PLAN: the newest plan that is not finished, else the newest plan")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
 	o.flags(fset)
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
-	fset.Usage = func() {
-		fmt.Fprintln(fset.Output(), "usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(fset.Output(), "  without PLAN: the newest plan that is not finished, else the newest plan")
-		fset.PrintDefaults()
-	}
 	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
