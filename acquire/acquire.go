@@ -12,10 +12,12 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
+	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // Source says where an ISO comes from: a local Path, or a URL with its Checksum and the
@@ -47,8 +49,10 @@ func (s Source) Validate() error {
 		return errors.New("an ISO URL needs a cache directory")
 	case s.URL != "":
 		return fetch.CheckURL(s.URL)
+	case fetch.CheckURL(s.Path) == nil:
+		return fmt.Errorf("ISO path %s is a URL: give it as the ISO URL, with its checksum", redact.URL(s.Path))
 	}
-	return nil
+	return iso.CheckFile(s.Path)
 }
 
 // Option configures Acquire.
@@ -104,19 +108,13 @@ func Acquire(ctx context.Context, src Source, opts ...Option) (Verified, error) 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if src.Path != "" {
-		fi, err := os.Stat(src.Path)
-		if err != nil {
-			return Verified{}, fmt.Errorf("acquire: %w", err)
+	if src.Path != "" && src.Checksum.IsZero() {
+		return Verified{Path: src.Path}, nil
+	}
+	if src.Path == "" {
+		if err := os.MkdirAll(src.CacheDir, 0o755); err != nil {
+			return Verified{}, fmt.Errorf("acquire: cache %w", err)
 		}
-		if !fi.Mode().IsRegular() {
-			return Verified{}, fmt.Errorf("acquire: %s is not a regular file", src.Path)
-		}
-		if src.Checksum.IsZero() {
-			return Verified{Path: src.Path}, nil
-		}
-	} else if err := os.MkdirAll(src.CacheDir, 0o755); err != nil {
-		return Verified{}, fmt.Errorf("acquire: cache %w", err)
 	}
 	dir := inventory.NewDirectory(lone)
 	var once sync.Once

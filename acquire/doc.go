@@ -10,6 +10,7 @@
 // served (see package chunks); a chunk found damaged is refused, and the next start hashes the
 // copy again and fetches what changed.
 //
-// Imports: checksum, chunks, peer, peer/inventory, peer/cache, peer/fetch; never repo, preload, the
+// Imports: checksum, chunks, iso (only to check a local path is an ISO file), peer,
+// peer/inventory, peer/cache, peer/fetch, redact; never repo, preload, the
 // sequencer or a technology adapter, and never the commands.
 package acquire

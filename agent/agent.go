@@ -23,6 +23,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
 	"github.com/upgrade-repo/upgrade-repo/idle"
+	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
@@ -84,8 +85,13 @@ func (c Config) Validate() error {
 	}
 	if c.ISOFile == "" && c.ISOURL != "" {
 		if err := fetch.CheckURL(c.ISOURL); err != nil {
-			return fmt.Errorf("ISO URL: %w", err)
+			return err
 		}
+	}
+	// A file that is not there yet may come (a volume mounted late); one that is something else
+	// never becomes an ISO.
+	if err := iso.CheckFile(c.ISOFile); c.ISOFile != "" && errors.Is(err, iso.ErrNotFile) {
+		return fmt.Errorf("ISO file: %w", err)
 	}
 	if c.ISOChecksum != "" {
 		if _, err := checksum.Parse(c.ISOChecksum); err != nil {

@@ -5,6 +5,9 @@
 // rather than from a HEAD request, which an origin that signs its URLs for one method (a presigned
 // object-store URL) refuses.
 //
+// CheckURL is the one check of what such a file's URL may be (http or https, with a host), with
+// the words an operator who typed something else reads.
+//
 // Every part that reads or writes these headers (the chunk server and the fetcher of package
 // peer, the repo's checks, the preload's HTTP source, the sequencer's size preflight) uses this
 // package; net/http's own ServeContent, which parses Range for the repo, is the one exception.

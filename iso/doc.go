@@ -19,5 +19,5 @@
 // at which byte offset, never a panic, a hang or an allocation larger than the image justifies.
 //
 // Imports: the standard library only; nothing of this module but itself, so that it can serve
-// any program (depguard rule iso, boundary test).
+// any program (internal/boundary).
 package iso

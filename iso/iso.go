@@ -400,8 +400,12 @@ func decodeUCS2(b []byte) string {
 }
 
 // OpenFile opens the ISO 9660 image in the named file, as Open does. The returned file backs the
-// FS: the caller closes it when done with the FS. Errors name the file.
+// FS: the caller closes it when done with the FS. Errors name the file; a name that is no
+// regular file gets CheckFile's error.
 func OpenFile(name string, opts ...Option) (*FS, *os.File, error) {
+	if err := CheckFile(name); err != nil {
+		return nil, nil, err
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, nil, err

@@ -65,11 +65,36 @@ func IsISO(src string) bool {
 	return strings.EqualFold(path.Ext(p), ".iso")
 }
 
+// CheckSource checks src, where an ISO is read from, before anything is read: an http or https
+// URL with a host (remote is true), or the path of a regular file. Its error says what is wrong
+// and what is accepted: "ISO ftp://h/x.iso: not an http or https URL: scheme ftp:// is not
+// supported (...): an ISO is read from a file or an http or https URL", "/srv is a directory, not
+// an ISO image file: want its path or its http or https URL"; a file that does not exist gets
+// os.Stat's error. URLs are named redacted.
+func CheckSource(src string) (remote bool, err error) {
+	if httprange.CheckURL(src) == nil {
+		return true, nil
+	}
+	if scheme, _, ok := strings.Cut(src, "://"); ok && !strings.Contains(scheme, "/") {
+		return true, fmt.Errorf("ISO %s: %w: an ISO is read from a file or an http or https URL", redact.URL(src), httprange.CheckURL(src))
+	}
+	if err := iso.CheckFile(src); err != nil {
+		if errors.Is(err, iso.ErrNotFile) {
+			return false, fmt.Errorf("%w: want its path or its http or https URL", err)
+		}
+		return false, err
+	}
+	return false, nil
+}
+
 // Open reads the release in the ISO at src: an http(s) URL, read through Range requests with hc,
-// or a local file. Errors name src redacted.
+// or a local file (CheckSource says which, and what is wrong with src). Errors name src redacted.
 func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.ReaderOption) (*Contents, error) {
-	u, err := url.Parse(src)
-	if err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+	remote, err := CheckSource(src)
+	if err != nil {
+		return nil, err
+	}
+	if remote {
 		r, err := httprange.Open(ctx, hc, src, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("ISO %s: %w", redact.URL(src), err)

@@ -72,3 +72,42 @@ func TestOpen(t *testing.T) {
 	require.False(t, isorelease.IsISO("https://example.com/harvester-release.yaml"))
 	require.False(t, isorelease.IsISO("https://repo:8080"))
 }
+
+// CheckSource tells a URL from a file and says what is wrong with anything else, and what an ISO
+// is read from.
+func TestCheckSource(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "release.iso")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	tests := []struct {
+		name   string
+		src    string
+		remote bool
+		want   string // what the error says; "" for none
+	}{
+		{name: "http URL", src: "http://origin/release.iso", remote: true},
+		{name: "https URL", src: "https://origin/release.iso?sig=1", remote: true},
+		{name: "file", src: file},
+		{name: "directory", src: dir, want: dir + " is a directory, not an ISO image file: want its path or its http or https URL"},
+		{name: "ftp URL", src: "ftp://user:secret@origin/release.iso", remote: true,
+			want: "scheme ftp:// is not supported (want http://HOST/PATH or https://HOST/PATH): an ISO is read from a file or an http or https URL"},
+		{name: "URL without host", src: "https:///release.iso", remote: true, want: "no host"},
+		{name: "missing file", src: filepath.Join(dir, "nope.iso"), want: "no such file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			remote, err := isorelease.CheckSource(tc.src)
+			require.Equal(t, tc.remote, remote)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "secret")
+			_, err = isorelease.Open(t.Context(), http.DefaultClient, tc.src)
+			require.ErrorContains(t, err, tc.want, "Open says the same")
+		})
+	}
+}

@@ -15,6 +15,6 @@
 // net/http.
 //
 // Imports: release, httprange and the standard library's HTTP; never iso, acquire, preload, peer, the
-// sequencer, api, policy or chunks (depguard rule repo, boundary test): a range check is handed
+// sequencer, api, policy or chunks (internal/boundary): a range check is handed
 // in as a function (WithRangeCheck).
 package repo

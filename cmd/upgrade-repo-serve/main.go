@@ -21,7 +21,7 @@ var version = ""
 func main() {
 	cli.ReturnServe(os.Stderr, version, os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := servecmd.Run(ctx, cli.NewLogger(os.Stderr), os.Stderr, os.Args[1:])
+	err := servecmd.Run(ctx, cli.NewLogger(os.Stderr), os.Stdout, os.Stderr, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "upgrade-repo serve: %v\n", err)

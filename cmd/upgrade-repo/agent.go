@@ -57,7 +57,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	var c agentConfig
 	fset := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, agentUsage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), agentUsage); fset.PrintDefaults() }
 	fset.StringVar(&c.Node, "node-name", host, "this node's unique name in the gossip ring")
 	fset.StringVar(&c.listen, "listen", ":8080", "the HTTP address to serve the repo, peers and status on")
 	fset.StringVar(&c.advertise, "advertise", "", "host:port peers reach the HTTP server at (default: the gossip address with the --listen port)")
@@ -87,7 +87,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.DurationVar(&c.ReportInterval, "report-interval", 10*time.Second, "how often the RepoNode is rewritten as a heartbeat")
 	fset.StringVar(&c.stepNamespace, "step-namespace", os.Getenv("POD_NAMESPACE"), "the `namespace` of the UpgradePlans' node Jobs, whose pods alone may report this node's step (default: $POD_NAMESPACE)")
 	fset.StringVar(&c.stepAccount, "step-service-account", "default", "the service `account` the node Jobs run as (the sequencer's --job-service-account)")
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	reportSet := false

@@ -165,6 +165,10 @@ func TestHardenedUsage(t *testing.T) {
 		{"agent negative preload retry", runAgent, []string{"--node-name", "n", "--iso", "/r.iso", "--preload-retry-for", "-1m"}, "--preload-retry-for -1m"},
 		{"preload negative retry", runPreload, []string{"--iso", "/r.iso", "--retry-for", "-1m"}, "--retry-for -1m"},
 		{"agent ftp origin", runAgent, []string{"--node-name", "n", "--iso-url", "ftp://x/a.iso", "--iso-checksum", sum, "--cache-dir", "/tmp"}, "http or https"},
+		{"serve ISO a directory", runServe, []string{"--iso", "/tmp"}, "/tmp is a directory, not an ISO image file"},
+		{"serve ISO a URL", runServe, []string{"--iso", "https://x/a.iso"}, "ISO path https://x/a.iso is a URL: give it as the ISO URL"},
+		{"serve origin a file", runServe, []string{"--iso-url", "/srv/a.iso", "--iso-checksum", sum, "--cache-dir", "/tmp"}, "ISO URL /srv/a.iso: not an http or https URL: a file path"},
+		{"agent ISO a directory", runAgent, []string{"--node-name", "n", "--iso", "/tmp"}, "ISO file: /tmp is a directory, not an ISO image file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -13,6 +13,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
@@ -34,12 +35,8 @@ within --timeout (default 30m) for the whole command, and printed without its se
 
 // runISO inspects an ISO image without mounting it.
 func runISO(ctx context.Context, a *app, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(a.stdout, isoUsage)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: iso needs a command", errUsage)
-		}
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, isoUsage) }, "iso needs a command"); done {
+		return err
 	}
 	cmds := map[string]func(context.Context, *app, []string) error{
 		"ls": isoLs, "stat": isoStat, "cat": isoCat, "info": isoInfo, "extract": isoExtract, "verify": isoVerify,
@@ -52,15 +49,16 @@ func runISO(ctx context.Context, a *app, args []string) error {
 	return run(ctx, a, args[1:])
 }
 
-// isoFlags parses flags that may come before, between or after the positional arguments.
-func isoFlags(fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
+// isoFlags parses flags that may come before, between or after the positional arguments, checks
+// their number (least, and most unless it is negative) and the -o of a command that has one.
+func isoFlags(a *app, fset *flag.FlagSet, args []string, least, most int) ([]string, error) {
 	fset.Usage = func() {
 		fmt.Fprintf(fset.Output(), "usage: upgrade-repo iso %s [flags] ISO [...] (upgrade-repo iso help lists the commands)\n", fset.Name())
 		fset.PrintDefaults()
 	}
 	var pos []string
 	for {
-		switch help, err := parseFlags(fset, args); {
+		switch help, err := parseFlags(a.stdout, fset, args); {
 		case help:
 			return nil, flag.ErrHelp // the usage is printed; main exits 0
 		case err != nil:
@@ -75,6 +73,11 @@ func isoFlags(fset *flag.FlagSet, args []string, least, most int) ([]string, err
 	}
 	if len(pos) < least || (most >= 0 && len(pos) > most) {
 		return nil, fmt.Errorf("%w: iso %s: wrong number of arguments (see upgrade-repo iso help)", errUsage, fset.Name())
+	}
+	if o := fset.Lookup("o"); o != nil {
+		if err := checkOutput(o.Value.String(), "text", "json"); err != nil {
+			return nil, err
+		}
 	}
 	return pos, nil
 }
@@ -104,11 +107,6 @@ func isoName(name string) string {
 	return name
 }
 
-// isoCheckFormat checks -o of the iso commands.
-func isoCheckFormat(out string) error {
-	return checkOutput(out, "text", "json")
-}
-
 // isoImage is an opened image.
 type isoImage struct {
 	ra    io.ReaderAt
@@ -121,7 +119,11 @@ type isoImage struct {
 // downloading it (a few hundred KB for a listing or the release metadata), all its reads within
 // timeout (none when it is 0).
 func isoOpen(ctx context.Context, a *app, name string, timeout time.Duration) (*isoImage, error) {
-	if repoclient.IsURL(name) {
+	remote, err := isorelease.CheckSource(name)
+	if err != nil {
+		return nil, err
+	}
+	if remote {
 		r, err := httprange.Open(ctx, &http.Client{Timeout: 5 * time.Minute}, name, httprange.WithDeadline(timeout))
 		if err != nil {
 			return nil, err
@@ -152,17 +154,22 @@ func isoOpen(ctx context.Context, a *app, name string, timeout time.Duration) (*
 
 func (im *isoImage) Close() error { return im.close() }
 
-// isoOpenPath checks the user's path p, then opens the image name.
-func isoOpenPath(ctx context.Context, a *app, name, p string, timeout time.Duration) (*isoImage, string, error) {
-	clean, err := isoPath(p)
+// isoOpenPath parses the flags and the arguments ISO PATH of a command (stat, cat), checks PATH,
+// then opens ISO. It returns the image, ISO as given and PATH as an fs.FS path.
+func isoOpenPath(ctx context.Context, a *app, fset *flag.FlagSet, args []string, timeout *time.Duration) (*isoImage, string, string, error) {
+	pos, err := isoFlags(a, fset, args, 2, 2)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	im, err := isoOpen(ctx, a, name, timeout)
+	clean, err := isoPath(pos[1])
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return im, clean, nil
+	im, err := isoOpen(ctx, a, pos[0], *timeout)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return im, pos[0], clean, nil
 }
 
 // isoPath turns a user's path ("/bundle/", "bundle", "/") into an fs.FS path.
@@ -179,11 +186,8 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 	recursive := fset.Bool("R", false, "list subdirectories recursively")
 	long := fset.Bool("l", false, "long listing: mode, links, owner, size, time, name")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 2)
+	pos, err := isoFlags(a, fset, args, 1, 2)
 	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
 	target := "."
@@ -227,21 +231,14 @@ func isoJSON(w io.Writer, v any) error {
 func isoStat(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "stat")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
-		return err
-	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
+	im, name, p, err := isoOpenPath(ctx, a, fset, args, timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	info, err := im.fsys.Lstat(p)
 	if err != nil {
-		return fmt.Errorf("stat %s: %w", isoName(pos[0]), err)
+		return fmt.Errorf("stat %s: %w", isoName(name), err)
 	}
 	e := inspect.Describe(im.fsys, p, info)
 	if *out == "json" {
@@ -268,25 +265,21 @@ func isoCat(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	im, p, err := isoOpenPath(ctx, a, pos[0], pos[1], *timeout)
+	im, name, p, err := isoOpenPath(ctx, a, fset, args, timeout)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
 	f, err := im.fsys.Open(p)
 	if err != nil {
-		return fmt.Errorf("cat %s: %w", isoName(pos[0]), err)
+		return fmt.Errorf("cat %s: %w", isoName(name), err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return fmt.Errorf("cat %s: is a directory", pos[1])
+		return fmt.Errorf("cat %s: is a directory", p)
 	}
 	if _, err := io.Copy(a.stdout, inspect.Reader{Ctx: ctx, R: f}); err != nil {
-		return fmt.Errorf("cat %s: %w", pos[1], err)
+		return fmt.Errorf("cat %s: %w", p, err)
 	}
 	return nil
 }

@@ -19,11 +19,8 @@ import (
 func isoInfo(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "info")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 1)
+	pos, err := isoFlags(a, fset, args, 1, 1)
 	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
 	im, err := isoOpen(ctx, a, pos[0], *timeout)
@@ -84,11 +81,8 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 	fset, out := isoFlagSet(a, "verify")
 	sum := fset.String("checksum", "", "expected digest of the whole image: sha512:HEX (the prefix optional, any case, as everywhere) or sha256:HEX")
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 1, 1)
+	pos, err := isoFlags(a, fset, args, 1, 1)
 	if err != nil {
-		return err
-	}
-	if err := isoCheckFormat(*out); err != nil {
 		return err
 	}
 	var want isoDigest
@@ -140,7 +134,7 @@ func isoExtract(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("extract", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	timeout := isoTimeoutFlag(fset)
-	pos, err := isoFlags(fset, args, 2, -1)
+	pos, err := isoFlags(a, fset, args, 2, -1)
 	if err != nil {
 		return err
 	}

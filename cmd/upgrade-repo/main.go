@@ -75,12 +75,8 @@ func main() {
 // run dispatches to the subcommand named by args[0].
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout, cmds)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: a subcommand is required", errUsage)
-		}
-		return nil
+	if done, err := helpOrMissing(stdout, stderr, args, func(w io.Writer) { usage(w, cmds) }, "a subcommand is required"); done {
+		return err
 	}
 	if args[0] == "--version" || args[0] == "-version" {
 		args = append([]string{"version"}, args[1:]...) // as helm and kubectl take it
@@ -97,14 +93,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil // a command's usage, asked for and printed
 }
 
+// helpOrMissing handles what a command with subcommands does before it dispatches: given none, it
+// prints its usage to stderr and returns a usage error that says missing; asked for its usage
+// (-h, --help, help), it prints it to stdout. done is false when args names a subcommand.
+func helpOrMissing(stdout, stderr io.Writer, args []string, usage func(io.Writer), missing string) (done bool, err error) {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return true, fmt.Errorf("%w: %s", errUsage, missing)
+	case cli.IsHelp(args):
+		usage(stdout)
+		return true, nil
+	}
+	return false, nil
+}
+
 // checkOutput checks a command's -o (cli.CheckOutput).
 func checkOutput(got string, formats ...string) error {
 	return cli.CheckOutput(got, formats...)
 }
 
 // parseFlags parses a subcommand's flags (cli.ParseFlags).
-func parseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
-	return cli.ParseFlags(fset, args)
+func parseFlags(stdout io.Writer, fset *flag.FlagSet, args []string) (help bool, err error) {
+	return cli.ParseFlags(stdout, fset, args)
 }
 
 func usage(w io.Writer, cmds map[string]command) {

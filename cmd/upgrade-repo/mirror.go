@@ -4,13 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
-	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 	"github.com/upgrade-repo/upgrade-repo/registry/hoststoml"
@@ -26,22 +26,21 @@ release's images from it first. A hosts.toml that upgrade-repo did not write is 
 
 // runMirror runs "mirror hosts".
 func runMirror(_ context.Context, a *app, args []string) error {
-	if cli.IsHelp(args) {
-		fmt.Fprint(a.stdout, mirrorUsage)
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, mirrorUsage) }, "mirror takes the subcommand hosts"); done {
+		return err
 	}
-	if len(args) == 0 || args[0] != "hosts" {
+	if args[0] != "hosts" {
 		fmt.Fprint(a.stderr, mirrorUsage)
 		return fmt.Errorf("%w: mirror takes the subcommand hosts", errUsage)
 	}
 	var dir, url, regs string
 	fset := flag.NewFlagSet("mirror hosts", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, mirrorUsage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), mirrorUsage); fset.PrintDefaults() }
 	fset.StringVar(&dir, "config-dir", "/etc/containerd/certs.d", "containerd's registry configuration directory (its CRI registry config_path)")
 	fset.StringVar(&url, "mirror", "", "the URL the node's containerd reaches its agent's registry at, such as http://10.0.0.5:5050")
 	fset.StringVar(&regs, "registries", "", "comma-separated registries to mirror, such as docker.io,registry.suse.com")
-	if help, err := parseFlags(fset, args[1:]); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args[1:]); help || err != nil {
 		return err
 	}
 	list := strings.FieldsFunc(regs, func(r rune) bool { return r == ',' || r == ' ' })

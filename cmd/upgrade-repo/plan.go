@@ -107,13 +107,13 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]   (no cluster)")
-		fmt.Fprintln(a.stderr, "       upgrade-repo plan --to VERSION [--release FILE|URL] [--kubeconfig FILE] [--context NAME] [-n NAMESPACE] [flags]")
-		fmt.Fprintln(a.stderr, "       upgrade-repo plan [--kubeconfig FILE] [--context NAME]   (the cluster's Versions, judged: which it can upgrade to)")
-		fmt.Fprintln(a.stderr, "  the cluster is kubectl's: --kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context, else the current one")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo plan --current VERSION --release FILE|URL [flags]   (no cluster)")
+		fmt.Fprintln(fset.Output(), "       upgrade-repo plan --to VERSION [--release FILE|URL] [--kubeconfig FILE] [--context NAME] [-n NAMESPACE] [flags]")
+		fmt.Fprintln(fset.Output(), "       upgrade-repo plan [--kubeconfig FILE] [--context NAME]   (the cluster's Versions, judged: which it can upgrade to)")
+		fmt.Fprintln(fset.Output(), "  the cluster is kubectl's: --kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context, else the current one")
 		fset.PrintDefaults()
 	}
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {

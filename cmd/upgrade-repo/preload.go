@@ -38,7 +38,7 @@ is written to disk) and --nice lowers the CPU and I/O priority of every thread o
 func runPreload(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("preload", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, preloadUsage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), preloadUsage); fset.PrintDefaults() }
 	isoFile := fset.String("iso", "", "the release ISO on this node (read first)")
 	repo := fset.String("repo", "", "base URL of the repo Service, used when the ISO lacks an archive or none is given")
 	sock := fset.String("containerd-sock", "/run/containerd/containerd.sock", "containerd's socket (RKE2: /run/k3s/containerd/containerd.sock)")
@@ -54,7 +54,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	nice := fset.Int("nice", 0, "lower the CPU priority to this nice value (1-19) and the I/O priority to best-effort's lowest level; 0 leaves both")
 	dryRun := fset.Bool("dry-run", false, "print what would be imported and why, change nothing")
 	output := fset.String("o", "text", "output format: text or json")
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
@@ -26,12 +27,8 @@ release/pack.Spec).
 
 // runRelease dispatches the release subcommands (only pack for now).
 func runRelease(ctx context.Context, a *app, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(a.stderr, releaseUsage)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: release needs a subcommand: pack", errUsage)
-		}
-		return nil
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, func(w io.Writer) { fmt.Fprint(w, releaseUsage) }, "release needs a subcommand: pack"); done {
+		return err
 	}
 	if args[0] != "pack" {
 		return fmt.Errorf("%w: unknown release subcommand %q (want pack)", errUsage, args[0])
@@ -65,7 +62,7 @@ func (s sizeFlag) Set(v string) error {
 func runReleasePack(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("release pack", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, releaseUsage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), releaseUsage); fset.PrintDefaults() }
 	out := fset.String("out", "", "the ISO file to write")
 	tree := fset.String("tree", "", "also (or only) write the release's files into this directory")
 	specFile := fset.String("spec", "", "a YAML Spec of the release (replaces --version, --images, --layer-size, --rootfs-size)")
@@ -80,7 +77,7 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 	var tbs tarballs
 	fset.Var(&tbs, "tarball", "a docker-save tarball whose images join the common group (repeatable)")
 	output := fset.String("o", "text", "output format: text or json")
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	switch {

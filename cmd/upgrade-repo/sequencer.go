@@ -33,7 +33,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("sequencer", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo sequencer [flags]\n  the controller that drives UpgradePlans through their phases (the chart's Deployment runs it)")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo sequencer [flags]\n  the controller that drives UpgradePlans through their phases (the chart's Deployment runs it)")
 		fset.PrintDefaults()
 	}
 	kubeconfig := fset.String("kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration")
@@ -59,7 +59,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	compatNS := fset.String("compat-namespace", "", "compatibility mode: publish each plan's repo in this `namespace` (the product's, such as harvester-system) as the Service and Deployment upgrade-repo-PLAN its upgrade scripts look for; empty turns it off")
 	clusterDomain := fset.String("cluster-domain", "cluster.local", "the cluster's DNS `domain`, into which compatibility mode's Services point")
 	startTimeout := fset.Duration("start-timeout", 5*time.Minute, "how long to wait for the API server at start before giving up")
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {

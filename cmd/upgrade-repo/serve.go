@@ -20,7 +20,7 @@ const leanServe = "upgrade-repo-serve"
 
 // runServe serves one release ISO until the process is signalled (package servecmd).
 func runServe(ctx context.Context, a *app, args []string) error {
-	return servecmd.Run(ctx, a.log, a.stderr, args)
+	return servecmd.Run(ctx, a.log, a.stdout, a.stderr, args)
 }
 
 // serve serves the release of src on ln until ctx is done (servecmd.Serve).

@@ -31,11 +31,11 @@ func runStep(ctx context.Context, a *app, args []string) error {
 	}
 	fset := flag.NewFlagSet("step kubeadm", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
-	fset.Usage = func() { fmt.Fprint(a.stderr, usage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), usage); fset.PrintDefaults() }
 	root := fset.String("root", "/host", "`dir` where the node's / is mounted")
 	target := fset.String("version", "", "Kubernetes `version` to upgrade to (default: the release's, read from UPGRADE_REPO_URL)")
 	readyTimeout := fset.Duration("ready-timeout", 5*time.Minute, "how long to wait for the node to report the new kubelet and be Ready")
-	if help, err := parseFlags(fset, args[1:]); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args[1:]); help || err != nil {
 		return err
 	}
 	env := nodestep.EnvFrom(os.Getenv)

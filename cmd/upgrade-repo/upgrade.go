@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"time"
@@ -36,19 +37,14 @@ func upgradeVerbs() map[string]command {
 // runUpgrade dispatches to the verb named by args[0].
 func runUpgrade(ctx context.Context, a *app, args []string) error {
 	verbs := upgradeVerbs()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		w := a.stdout
-		if len(args) == 0 {
-			w = a.stderr
-		}
+	usage := func(w io.Writer) {
 		fmt.Fprintln(w, "usage: upgrade-repo upgrade <verb> [flags]")
 		for _, n := range slices.Sorted(maps.Keys(verbs)) {
 			fmt.Fprintf(w, "  %-8s %s\n", n, verbs[n].summary)
 		}
-		if len(args) == 0 {
-			return fmt.Errorf("%w: upgrade needs a verb", errUsage)
-		}
-		return nil
+	}
+	if done, err := helpOrMissing(a.stdout, a.stderr, args, usage, "upgrade needs a verb"); done {
+		return err
 	}
 	v, ok := verbs[args[0]]
 	if !ok {
@@ -93,11 +89,25 @@ func (k kubeOptions) check() error {
 	return nil
 }
 
+// verbFlagSet returns the flag set of the upgrade verb name, whose errors go to the command's
+// stderr and whose usage is the lines given, then the flags.
+func verbFlagSet(a *app, name string, usage ...string) *flag.FlagSet {
+	fset := flag.NewFlagSet("upgrade "+name, flag.ContinueOnError)
+	fset.SetOutput(a.stderr)
+	fset.Usage = func() {
+		for _, l := range usage {
+			fmt.Fprintln(fset.Output(), l)
+		}
+		fset.PrintDefaults()
+	}
+	return fset
+}
+
 // parseVerbArgs parses a verb's flags, which may come before or after its arguments (PLAN), as
-// with kubectl, and returns the arguments.
-func parseVerbArgs(fset *flag.FlagSet, args []string) (pos []string, help bool, err error) {
+// with kubectl, and returns the arguments. -h prints the usage to stdout.
+func parseVerbArgs(stdout io.Writer, fset *flag.FlagSet, args []string) (pos []string, help bool, err error) {
 	for {
-		if help, err := parseFlags(fset, args); help || err != nil {
+		if help, err := parseFlags(stdout, fset, args); help || err != nil {
 			return nil, help, err
 		}
 		if fset.NArg() == 0 {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,8 +54,9 @@ type applyEnv struct {
 // UpgradePlan once allowed and confirmed, and follows the plan to its end.
 func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	var o upgradeApplyOptions
-	fset := flag.NewFlagSet("upgrade apply", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, "apply",
+		"usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]",
+		"exit status: 0 the plan Succeeded, 1 refused, Failed or deleted, 2 usage, 3 --timeout")
 	fset.StringVar(&o.req.ISOURL, "iso-url", "", "the release ISO's `URL` (http or https)")
 	fset.StringVar(&o.req.Checksum, "iso-checksum", "", "the ISO's `sha512:HEX`; default: read from the file at the ISO's URL with "+planctl.ChecksumSuffix)
 	fset.StringVar(&o.req.Version, "version", "", "the Version's `name`; default: the release version in the ISO's file name")
@@ -69,12 +69,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
 	o.flags(fset)
-	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade apply --iso-url URL [--iso-checksum sha512:HEX] [--version NAME] [--name PLAN] [--yes] [--dry-run] [--timeout D] [flags]")
-		fmt.Fprintln(a.stderr, "exit status: 0 the plan Succeeded, 1 refused, Failed or deleted, 2 usage, 3 --timeout")
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

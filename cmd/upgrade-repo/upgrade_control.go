@@ -26,17 +26,13 @@ type planVerbOptions struct {
 // extra registers the verb's own flags.
 func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.FlagSet)) (planVerbOptions, bool, error) {
 	var o planVerbOptions
-	fset := flag.NewFlagSet("upgrade "+verb, flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, verb,
+		fmt.Sprintf("usage: upgrade-repo upgrade %s PLAN [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]", verb), "  "+usage)
 	o.flags(fset)
 	if extra != nil {
 		extra(fset)
 	}
-	fset.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s PLAN [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return o, help, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -21,18 +20,14 @@ type upgradeNodeOptions struct {
 // runUpgradeNode creates the plan that upgrades one node alone.
 func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 	var o upgradeNodeOptions
-	fset := flag.NewFlagSet("upgrade node", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, "node",
+		"usage: upgrade-repo upgrade node NODE [--version V] [--name PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]",
+		"  creates an UpgradePlan limited to NODE (spec.nodeUpgradeOption.nodes), e.g. for a node a plan skipped, once it is back;",
+		"  a plan in flight for the same node and Version is reported, not created again")
 	fset.StringVar(&o.version, "version", "", "the `Version` to upgrade the node to; default: the Version of the plan that Succeeded last")
 	fset.StringVar(&o.name, "name", "", "the UpgradePlan's `name`; default: VERSION-NODE, dots as dashes")
 	o.flags(fset)
-	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade node NODE [--version V] [--name PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  creates an UpgradePlan limited to NODE (spec.nodeUpgradeOption.nodes), e.g. for a node a plan skipped, once it is back;")
-		fmt.Fprintln(a.stderr, "  a plan in flight for the same node and Version is reported, not created again")
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

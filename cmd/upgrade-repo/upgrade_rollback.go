@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -17,14 +16,10 @@ import (
 // parseSoakVerb parses the flags of finalize and rollback, whose PLAN is optional (the
 // Succeeded plan that soaks now when absent).
 func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k kubeOptions, help bool, err error) {
-	fset := flag.NewFlagSet("upgrade "+verb, flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, verb,
+		fmt.Sprintf("usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]", verb), "  "+usage)
 	k.flags(fset)
-	fset.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]\n  %s\n", verb, usage)
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return "", k, help, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -15,16 +14,12 @@ import (
 // runUpgradeSkip gives up on nodes of a plan: they go into its skipNodes.
 func runUpgradeSkip(ctx context.Context, a *app, args []string) error {
 	var k kubeOptions
-	fset := flag.NewFlagSet("upgrade skip", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, "skip",
+		"usage: upgrade-repo upgrade skip [PLAN] NODE... [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]",
+		"  adds the nodes to spec.nodeUpgradeOption.skipNodes of PLAN, else of the plan in flight: the plan finishes",
+		"  without them and they stay at their version (never a control-plane node); upgrade node NODE upgrades one later")
 	k.flags(fset)
-	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade skip [PLAN] NODE... [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  adds the nodes to spec.nodeUpgradeOption.skipNodes of PLAN, else of the plan in flight: the plan finishes")
-		fmt.Fprintln(a.stderr, "  without them and they stay at their version (never a control-plane node); upgrade node NODE upgrades one later")
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}

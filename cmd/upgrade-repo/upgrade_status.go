@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,20 +40,16 @@ type upgradeStatusOptions struct {
 // until the plan ends, and fails when it failed.
 func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	var o upgradeStatusOptions
-	fset := flag.NewFlagSet("upgrade status", flag.ContinueOnError)
-	fset.SetOutput(a.stderr)
+	fset := verbFlagSet(a, "status",
+		"usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]",
+		"  without PLAN: the newest plan that is not finished, else the newest plan")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
 	o.flags(fset)
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
-	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo upgrade status [PLAN] [-o text|wide|json|yaml] [-n NAMESPACE] [-w [--timeout D]] [--kubeconfig FILE] [--context NAME] [--api-timeout D]")
-		fmt.Fprintln(a.stderr, "  without PLAN: the newest plan that is not finished, else the newest plan")
-		fset.PrintDefaults()
-	}
-	pos, help, err := parseVerbArgs(fset, args)
+	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
 	}
@@ -91,71 +86,14 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 // follows it to its end.
 func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeStatusOptions, now func() time.Time) error {
 	if o.plan == "" {
-		var list v1beta1.UpgradePlanList
-		if err := c.List(ctx, &list); err != nil {
-			return fmt.Errorf("list upgradeplans: %w", err)
+		name, err := pickPlan(ctx, c)
+		if err != nil {
+			return err
 		}
-		p := planview.Pick(list.Items)
-		if p == nil {
-			return errors.New("no UpgradePlan in the cluster")
-		}
-		o.plan = p.Name
+		o.plan = name
 	}
-	var shown *planview.Plan
-	var shownRV string
-	var nodesWarned, installedWarned bool
-	var live planview.Live
-	show := func(plan *v1beta1.UpgradePlan) error {
-		if plan.ResourceVersion == shownRV && shown != nil {
-			return nil
-		}
-		v := planview.New(plan, upgradeNodes(ctx, a, c, plan, &nodesWarned), now())
-		if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
-			v.Held.Command += " --all"
-		}
-		if in, err := sequencer.ReadInstalled(ctx, c, o.namespace); err == nil {
-			v.Installed = in.Version
-		} else if !installedWarned {
-			a.log.Warn("cannot read the installed version", "err", err)
-			installedWarned = true
-		}
-		first := shown == nil
-		switch o.output {
-		case "json":
-			shown, shownRV = v, plan.ResourceVersion
-			return planview.WriteJSON(a.stdout, v)
-		case "yaml":
-			// The JSON object as YAML, one document per change, as kubectl get -o yaml -w.
-			shown, shownRV = v, plan.ResourceVersion
-			return writeYAML(a.stdout, v)
-		}
-		if !first && planview.SameText(shown, v) {
-			return nil
-		}
-		shown, shownRV = v, plan.ResourceVersion
-		switch {
-		case o.watch && o.terminal:
-			return live.Redraw(a.stdout, v)
-		case first:
-			// The whole table once; a watch goes on with one line per change.
-			live.Lines(v)
-			if err := planview.WriteText(a.stdout, v); err != nil {
-				return err
-			}
-			if l := soakLine(plan, now()); l != "" {
-				if _, err := fmt.Fprintln(a.stdout, printable.String(l)); err != nil {
-					return fmt.Errorf("write plan %s: %w", plan.Name, err)
-				}
-			}
-			return nil
-		}
-		for _, l := range live.Lines(v) {
-			if _, err := fmt.Fprintln(a.stdout, l); err != nil {
-				return fmt.Errorf("write plan %s: %w", plan.Name, err)
-			}
-		}
-		return nil
-	}
+	sp := &statusPrinter{a: a, c: c, o: o, now: now}
+	show := func(plan *v1beta1.UpgradePlan) error { return sp.show(ctx, plan) }
 	var plan v1beta1.UpgradePlan
 	for {
 		if err := c.Get(ctx, client.ObjectKey{Name: o.plan}, &plan); err != nil {
@@ -186,6 +124,106 @@ func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeSta
 			why = d.Reason + ": " + d.Message
 		}
 		return fmt.Errorf("upgradeplan %s failed in %s: %s", plan.Name, plan.Status.FailedPhase, why)
+	}
+	return nil
+}
+
+// pickPlan returns the name of the plan `upgrade status` shows when none is named
+// (planview.Pick).
+func pickPlan(ctx context.Context, c client.Reader) (string, error) {
+	var list v1beta1.UpgradePlanList
+	if err := c.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("list upgradeplans: %w", err)
+	}
+	p := planview.Pick(list.Items)
+	if p == nil {
+		return "", errors.New("no UpgradePlan in the cluster")
+	}
+	return p.Name, nil
+}
+
+// statusPrinter prints one plan's status each time it changes: with -o json or yaml one document
+// per change; as text the whole table once, then, while it is watched, one line per change, or
+// the table redrawn in place on a terminal.
+type statusPrinter struct {
+	a   *app
+	c   client.Reader
+	o   upgradeStatusOptions
+	now func() time.Time
+
+	shown   *planview.Plan // the view printed last; nil before the first
+	shownRV string         // the plan's resource version shown was printed for
+	live    planview.Live  // the lines of a watch, and the table redrawn on a terminal
+	// nodesWarned and installedWarned: the nodes or the installed version could not be read,
+	// and that was said (once).
+	nodesWarned, installedWarned bool
+}
+
+// show prints plan's status unless it shows nothing new.
+func (sp *statusPrinter) show(ctx context.Context, plan *v1beta1.UpgradePlan) error {
+	if plan.ResourceVersion == sp.shownRV && sp.shown != nil {
+		return nil
+	}
+	v := sp.view(ctx, plan)
+	first := sp.shown == nil
+	switch sp.o.output {
+	case "json":
+		sp.shown, sp.shownRV = v, plan.ResourceVersion
+		return planview.WriteJSON(sp.a.stdout, v)
+	case "yaml":
+		// The JSON object as YAML, one document per change, as kubectl get -o yaml -w.
+		sp.shown, sp.shownRV = v, plan.ResourceVersion
+		return writeYAML(sp.a.stdout, v)
+	}
+	if !first && planview.SameText(sp.shown, v) {
+		return nil
+	}
+	sp.shown, sp.shownRV = v, plan.ResourceVersion
+	switch {
+	case sp.o.watch && sp.o.terminal:
+		return sp.live.Redraw(sp.a.stdout, v)
+	case first:
+		return sp.writeTable(plan, v)
+	}
+	return sp.writeLines(plan.Name, v)
+}
+
+// view is plan's view: its nodes, the command that releases a held plan, the installed version.
+func (sp *statusPrinter) view(ctx context.Context, plan *v1beta1.UpgradePlan) *planview.Plan {
+	v := planview.New(plan, upgradeNodes(ctx, sp.a, sp.c, plan, &sp.nodesWarned), sp.now())
+	if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
+		v.Held.Command += " --all"
+	}
+	if in, err := sequencer.ReadInstalled(ctx, sp.c, sp.o.namespace); err == nil {
+		v.Installed = in.Version
+	} else if !sp.installedWarned {
+		sp.a.log.Warn("cannot read the installed version", "err", err)
+		sp.installedWarned = true
+	}
+	return v
+}
+
+// writeTable writes the whole table once, with the soak's line; a watch goes on with one line
+// per change.
+func (sp *statusPrinter) writeTable(plan *v1beta1.UpgradePlan, v *planview.Plan) error {
+	sp.live.Lines(v)
+	if err := planview.WriteText(sp.a.stdout, v); err != nil {
+		return err
+	}
+	if l := soakLine(plan, sp.now()); l != "" {
+		if _, err := fmt.Fprintln(sp.a.stdout, printable.String(l)); err != nil {
+			return fmt.Errorf("write plan %s: %w", plan.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeLines writes a line for each change since the view printed before.
+func (sp *statusPrinter) writeLines(plan string, v *planview.Plan) error {
+	for _, l := range sp.live.Lines(v) {
+		if _, err := fmt.Fprintln(sp.a.stdout, l); err != nil {
+			return fmt.Errorf("write plan %s: %w", plan, err)
+		}
 	}
 	return nil
 }

@@ -16,9 +16,9 @@ func runVersion(_ context.Context, a *app, args []string) error {
 	fset := flag.NewFlagSet("version", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
 	fset.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: upgrade-repo version (or upgrade-repo --version)\n  prints the version of this binary")
+		fmt.Fprintln(fset.Output(), "usage: upgrade-repo version (or upgrade-repo --version)\n  prints the version of this binary")
 	}
-	if help, err := parseFlags(fset, args); help || err != nil {
+	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {

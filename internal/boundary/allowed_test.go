@@ -19,7 +19,7 @@ import (
 // The programs (cmd/upgrade-repo, cmd/upgrade-repo-serve, hack's and the benchmark release
 // builder) wire everything and are left out.
 var allowed = map[string][]string{
-	"acquire":                           {"checksum", "chunks", "peer", "peer/cache", "peer/fetch", "peer/inventory"},
+	"acquire":                           {"checksum", "chunks", "iso", "peer", "peer/cache", "peer/fetch", "peer/inventory", "redact"},
 	"agent":                             {"api/v1beta1", "backoff", "checksum", "chunks", "idle", "iso", "isorepo", "nodestep", "peer", "peer/cache", "peer/fetch", "peer/inventory", "peer/serve", "preload", "printable", "redact", "registry", "release", "repo", "sequencer/report"},
 	"api/v1beta1":                       {},
 	"backoff":                           {},

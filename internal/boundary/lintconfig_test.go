@@ -51,8 +51,28 @@ func TestLintConfigNamesExistingPaths(t *testing.T) {
 	var cfg lintConfig
 	require.NoError(t, yaml.Unmarshal(raw, &cfg))
 	files := lintedFiles(t, root)
-	require.NotEmpty(t, cfg.Linters.Settings.Depguard.Rules, "the depguard rules were read")
+	require.NotEmpty(t, cfg.Linters.Exclusions.Rules, "the exclusions were read")
 	require.Empty(t, stalePaths(t, cfg, root, files), ".golangci.yml names paths that match no Go file of the module")
+}
+
+// TestDependencyRulesInOnePlace fails when .golangci.yml enables depguard or holds its rules: the
+// rules of who may import whom are this package's (rules, allowed), and a second copy elsewhere
+// would drift from them.
+func TestDependencyRulesInOnePlace(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", ".golangci.yml"))
+	require.NoError(t, err)
+	var cfg struct {
+		Linters struct {
+			Enable []string `json:"enable"`
+		} `json:"linters"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &cfg))
+	require.NotEmpty(t, cfg.Linters.Enable, "the linters were read")
+	require.NotContains(t, cfg.Linters.Enable, "depguard", "the dependency rules are internal/boundary's")
+	var lc lintConfig
+	require.NoError(t, yaml.Unmarshal(raw, &lc))
+	require.Empty(t, lc.Linters.Settings.Depguard.Rules, "the dependency rules are internal/boundary's")
 }
 
 // TestStalePathsBite checks the check against a rule that names a package that does not exist.

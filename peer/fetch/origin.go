@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
@@ -56,19 +55,25 @@ func (r *run) originAnswered() {
 // the download started with (416).
 var ErrOriginRefused = errors.New("the origin refused")
 
-// CheckURL reports whether raw can be an ISO's origin: an absolute http or https URL with a host.
+// CheckURL reports whether raw can be an ISO's origin: an absolute http or https URL with a host
+// (httprange.CheckURL, whose words the error carries: a file path, another scheme, no host).
 // Any other scheme (ftp, file) would only fail again and again; it is refused at once. The error
-// quotes the URL redacted and wraps ErrOriginRefused.
+// quotes the URL redacted and matches ErrOriginRefused, without saying so in its text: it is
+// shown to whoever typed the URL, whom "the origin refused" would mislead.
 func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("ISO URL %s: %w: %w", redact.URL(raw), redact.Error(err), ErrOriginRefused)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("ISO URL %s: want an http or https URL with a host: %w", redact.URL(raw), ErrOriginRefused)
+	if err := httprange.CheckURL(raw); err != nil {
+		return badURLError{fmt.Errorf("ISO URL %s: %w", redact.URL(raw), err)}
 	}
 	return nil
 }
+
+// badURLError is CheckURL's error: it matches ErrOriginRefused, as every answer that asking again
+// cannot change does.
+type badURLError struct{ err error }
+
+func (e badURLError) Error() string        { return e.err.Error() }
+func (e badURLError) Unwrap() error        { return e.err }
+func (e badURLError) Is(target error) bool { return target == ErrOriginRefused }
 
 // statusError is the error of an origin's answer with an unexpected status; 4xx answers other
 // than 408 (timeout) and 429 (too many requests) wrap ErrOriginRefused.

@@ -65,17 +65,51 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
+// pass is what one call of schedule saw, and the request slots taken so far.
+type pass struct {
+	now time.Time
+	// addrs are the live members other than this node, by name: their HTTP addresses.
+	addrs map[string]string
+	// holders are the live members advertising this ISO (same size, same chunks), with the
+	// chunks their own answers listed added to the directory's view.
+	holders []inventory.Holding
+	// parts are the members taking part (holders and this node), sorted: the owners of chunks.
+	parts []string
+	// settled is whether the origin may be asked yet (see settled).
+	settled bool
+	// busy and originBusy count the jobs in flight from peers and from the origin.
+	busy, originBusy int
+}
+
+// schedule starts the jobs this moment allows: chunks from the peers that hold them, chunks this
+// node owns (or whose owner stalled) from the origin once the nodes starting together have
+// settled, and a second source for chunks in flight for too long.
 func (r *run) schedule(ctx context.Context) {
-	now := time.Now()
+	p := &pass{now: time.Now(), addrs: r.liveAddrs()}
+	p.holders = r.holders(p.addrs, p.now)
+	p.parts = r.participants(p.holders, p.addrs)
+	p.busy, p.originBusy = r.slotsInUse()
+	p.settled = r.settled(p)
+	r.startChunks(ctx, p)
+	r.hedge(ctx, p)
+}
+
+// liveAddrs returns the live members other than this node that have an address, by name.
+func (r *run) liveAddrs() map[string]string {
 	addrs := map[string]string{}
 	for _, m := range r.f.members.Members() {
 		if m.Name != r.f.dir.Self() && m.Addr != "" {
 			addrs[m.Name] = m.Addr
 		}
 	}
-	all := r.f.dir.ISOHolders(r.req.SHA512)
+	return addrs
+}
+
+// holders returns the live members of addrs that advertise this ISO with its size and chunk
+// size, and records the progress of those still downloading (r.seen).
+func (r *run) holders(addrs map[string]string, now time.Time) []inventory.Holding {
 	var holders []inventory.Holding
-	for _, h := range all {
+	for _, h := range r.f.dir.ISOHolders(r.req.SHA512) {
 		if _, live := addrs[h.Member]; !live || h.ISO.Size != r.iso.Size() || h.ISO.ChunkSize != r.iso.ChunkSize() {
 			continue
 		}
@@ -100,10 +134,12 @@ func (r *run) schedule(ctx context.Context) {
 		}
 		holders = append(holders, h)
 	}
-	parts := r.participants(holders, addrs)
-	// Peers and the origin have separate slots, so that fetching from peers never leaves the
-	// origin's link idle.
-	busy, originBusy := 0, 0
+	return holders
+}
+
+// slotsInUse counts the jobs in flight from peers and from the origin. Peers and the origin have
+// separate slots, so that fetching from peers never leaves the origin's link idle.
+func (r *run) slotsInUse() (busy, originBusy int) {
 	for _, js := range r.inflight {
 		for _, j := range js {
 			if j.source == originSource {
@@ -113,35 +149,50 @@ func (r *run) schedule(ctx context.Context) {
 			}
 		}
 	}
-	// Before asking the origin, give the nodes starting together time to see each other: wait
-	// for the settle time, or until every live member takes part and the membership has been
-	// stable for a third of it.
-	if len(addrs) != r.lastMembers {
-		r.lastMembers, r.membersChanged = len(addrs), now
+	return busy, originBusy
+}
+
+// settled reports whether the origin may be asked: before that, the nodes starting together get
+// time to see each other, for the settle time, or until every live member takes part and the
+// membership has been stable for a third of it.
+func (r *run) settled(p *pass) bool {
+	if len(p.addrs) != r.lastMembers {
+		r.lastMembers, r.membersChanged = len(p.addrs), p.now
 	}
-	settled := now.Sub(r.start) >= r.f.o.settle ||
-		len(parts) == len(addrs)+1 && now.Sub(r.membersChanged) >= r.f.o.settle/3
-	// Start at a different chunk on each node so that peers spread their requests. A node alone
-	// starts at the first chunk: the sha512 is computed over the chunks held from the start of the
-	// ISO, and a later start leaves everything after it to hash once the last chunk lands (up to
-	// 1.5 s a GiB at the 700 MB/s of sha512 on the test machine) instead of while downloading.
-	first := 0
-	if len(addrs) > 0 {
-		first = int(fnvString(r.f.dir.Self()) % uint64(r.n))
+	return p.now.Sub(r.start) >= r.f.o.settle ||
+		len(p.parts) == len(p.addrs)+1 && p.now.Sub(r.membersChanged) >= r.f.o.settle/3
+}
+
+// firstChunk is where this node starts looking for chunks to fetch: a different chunk on each
+// node, so that peers spread their requests. A node alone starts at the first chunk: the sha512
+// is computed over the chunks held from the start of the ISO, and a later start leaves everything
+// after it to hash once the last chunk lands (up to 1.5 s a GiB at the 700 MB/s of sha512 on the
+// test machine) instead of while downloading.
+func (r *run) firstChunk(addrs map[string]string) int {
+	if len(addrs) == 0 {
+		return 0
 	}
-	for i := 0; i < r.n && (busy < r.f.o.parallel || originBusy < r.f.o.originPar); i++ {
+	return int(fnvString(r.f.dir.Self()) % uint64(r.n))
+}
+
+// startChunks starts a job for each chunk neither held nor in flight, while slots are free: from
+// the least loaded peer that holds it, else from the origin when this node owns the chunk or its
+// owner stalled.
+func (r *run) startChunks(ctx context.Context, p *pass) {
+	first := r.firstChunk(p.addrs)
+	for i := 0; i < r.n && (p.busy < r.f.o.parallel || p.originBusy < r.f.o.originPar); i++ {
 		c := (first + i) % r.n
 		if r.iso.Has(c) || len(r.inflight[c]) > 0 {
 			continue
 		}
-		if p := r.pickPeer(c, holders, ""); p != "" {
-			if busy < r.f.o.parallel {
-				r.startJob(ctx, c, p, addrs[p])
-				busy++
+		if holder := r.pickPeer(c, p.holders, ""); holder != "" {
+			if p.busy < r.f.o.parallel {
+				r.startJob(ctx, c, holder, p.addrs[holder])
+				p.busy++
 			}
 			continue
 		}
-		if r.req.OriginURL == "" || !settled || originBusy >= r.f.o.originPar || r.originRefused || now.Before(r.originAt) {
+		if !r.mayAskOrigin(p) {
 			continue
 		}
 		if r.noRanges {
@@ -149,31 +200,41 @@ func (r *run) schedule(ctx context.Context) {
 			if len(r.inflight[-1]) == 0 {
 				r.startJob(ctx, -1, originSource, "")
 			}
-			originBusy = r.f.o.originPar
+			p.originBusy = r.f.o.originPar
 			continue
 		}
-		o := owner(c, parts)
-		if o == r.f.dir.Self() || r.stalled(ctx, o, addrs[o], now) {
-			r.f.log.Debug("fetch chunk from the origin", "chunk", c, "owner", o, "participants", len(parts), "members", len(addrs)+1)
+		o := owner(c, p.parts)
+		if o == r.f.dir.Self() || r.stalled(ctx, o, p.addrs[o], p.now) {
+			r.f.log.Debug("fetch chunk from the origin", "chunk", c, "owner", o, "participants", len(p.parts), "members", len(p.addrs)+1)
 			r.startJob(ctx, c, originSource, "")
-			originBusy++
+			p.originBusy++
 		}
 	}
-	// Hedge chunks in flight for too long with a second source.
+}
+
+// mayAskOrigin reports whether a chunk may be asked of the origin now: there is one, the nodes
+// have settled, a slot is free, and it has not refused nor asked to be left alone for a while.
+func (r *run) mayAskOrigin(p *pass) bool {
+	return r.req.OriginURL != "" && p.settled && p.originBusy < r.f.o.originPar && !r.originRefused && !p.now.Before(r.originAt)
+}
+
+// hedge asks a second source for each chunk in flight for longer than hedgeAfter from one
+// source: another peer, else the origin; two slots beyond the usual are allowed for it.
+func (r *run) hedge(ctx context.Context, p *pass) {
 	for c, js := range r.inflight {
-		if busy+originBusy >= r.f.o.parallel+r.f.o.originPar+2 {
+		if p.busy+p.originBusy >= r.f.o.parallel+r.f.o.originPar+2 {
 			break
 		}
-		if c < 0 || len(js) != 1 || js[0].hedged || now.Sub(js[0].started) < r.f.o.hedgeAfter {
+		if c < 0 || len(js) != 1 || js[0].hedged || p.now.Sub(js[0].started) < r.f.o.hedgeAfter {
 			continue
 		}
 		js[0].hedged = true
-		if p := r.pickPeer(c, holders, js[0].source); p != "" {
-			r.startJob(ctx, c, p, addrs[p])
-			busy++
-		} else if r.req.OriginURL != "" && js[0].source != originSource && !r.noRanges && !r.originRefused && !now.Before(r.originAt) {
+		if holder := r.pickPeer(c, p.holders, js[0].source); holder != "" {
+			r.startJob(ctx, c, holder, p.addrs[holder])
+			p.busy++
+		} else if r.req.OriginURL != "" && js[0].source != originSource && !r.noRanges && !r.originRefused && !p.now.Before(r.originAt) {
 			r.startJob(ctx, c, originSource, "")
-			originBusy++
+			p.originBusy++
 		}
 	}
 }

@@ -76,13 +76,22 @@ func NewHandler(log *slog.Logger, store *cache.Store, metrics *peer.Metrics, opt
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
+// requested returns the ISO r names, or answers 401 or 403 (see authorized) or 404 and returns
+// false.
+func (h *Handler) requested(w http.ResponseWriter, r *http.Request) (*cache.LocalISO, bool) {
 	if !h.authorized(w, r) {
-		return
+		return nil, false
 	}
 	l, ok := h.store.ISO(r.PathValue("sha512"))
 	if !ok {
 		http.Error(w, "ISO not held", http.StatusNotFound)
+	}
+	return l, ok
+}
+
+func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.requested(w, r)
+	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -90,12 +99,8 @@ func (h *Handler) serveChunks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(w, r) {
-		return
-	}
-	l, ok := h.store.ISO(r.PathValue("sha512"))
+	l, ok := h.requested(w, r)
 	if !ok {
-		http.Error(w, "ISO not held", http.StatusNotFound)
 		return
 	}
 	size := l.Size()

@@ -8,8 +8,8 @@
 // 1.7 and 2.x daemons: it uses the content, images, leases and introspection services, and for
 // unpacking the snapshots and diff services.
 //
-// Imports: preload, registry, internal/pagecache and containerd's client; it alone of the module imports containerd (depguard
-// rule containerd, boundary test).
+// Imports: preload, registry, internal/pagecache and containerd's client; it alone of the module
+// imports containerd (internal/boundary).
 package containerd
 
 import (
@@ -116,7 +116,9 @@ func WithUnpack(snapshotter string) Option { return func(s *Store) { s.snapshott
 // the snapshotter's directory is out of reach, containerd unpacks the images after the import.
 func WithOnePass(on bool) Option { return func(s *Store) { s.onePassOn = on } }
 
-// New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock).
+// New connects to the containerd daemon at socket (such as /run/containerd/containerd.sock). A
+// path where nothing is, or nothing that is a socket, fails at once, saying so; a socket that
+// refuses or a daemon that does not answer is preload.ErrTransient.
 func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 	s := &Store{ns: DefaultNamespace, log: slog.New(slog.DiscardHandler), expiry: DefaultLeaseExpiry, directIngest: true, onePassOn: true}
 	for _, o := range opts {
@@ -127,6 +129,9 @@ func New(ctx context.Context, socket string, opts ...Option) (*Store, error) {
 	}
 	if s.expiry <= 0 {
 		return nil, fmt.Errorf("containerd: lease expiry %s: want a positive duration", s.expiry)
+	}
+	if err := checkSocket(ctx, socket); err != nil {
+		return nil, err
 	}
 	c, err := client.New(socket, client.WithDefaultNamespace(s.ns), client.WithTimeout(10*time.Second))
 	if err != nil {

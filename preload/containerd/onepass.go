@@ -288,10 +288,10 @@ func (st *stager) remove() {
 // file at path, or nil when they do not start a layer (a compressed stream or a tar).
 //
 // A plain tar is extracted from the writer's own buffers as they are written: as fast as they
-// are, so the writer waits for a free extraction slot and, piece by piece, for the extraction.
-// A compressed layer decompresses slower than it is written: its extraction follows the file
-// instead, from the page cache, so that the writer goes on to the next blob and the layers of
-// an archive decompress side by side, a slot each.
+// are, so the writer waits until the extraction has a slot (begin returns then) and, piece by
+// piece, for the extraction. A compressed layer decompresses slower than it is written: its
+// extraction follows the file instead, from the page cache, so that the writer goes on to the
+// next blob at once and the layers of an archive decompress side by side, a slot each.
 func (st *stager) begin(ctx context.Context, head []byte, path string) *extraction {
 	if !looksLikeLayer(head) {
 		return nil
@@ -304,19 +304,11 @@ func (st *stager) begin(ctx context.Context, head []byte, path string) *extracti
 			return nil
 		}
 		follow = newFollower(f)
-	} else {
-		select {
-		case st.p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
 	}
 	dir := filepath.Join(st.dir, fmt.Sprint(st.n.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		if compressed {
+		if follow != nil {
 			_ = follow.f.Close()
-		} else {
-			<-st.p.slots
 		}
 		return nil
 	}
@@ -329,23 +321,34 @@ func (st *stager) begin(ctx context.Context, head []byte, path string) *extracti
 	st.mu.Lock()
 	st.all = append(st.all, e)
 	st.mu.Unlock()
+	started := make(chan bool, 1)
 	st.running.Add(1)
-	go func() {
-		defer st.running.Add(-1)
-		if compressed {
-			select {
-			case st.p.slots <- struct{}{}:
-			case <-ctx.Done():
-				e.err = ctx.Err()
-				_ = follow.f.Close()
-				close(e.done)
-				return
-			}
-		}
-		defer func() { <-st.p.slots }()
-		e.run(ctx)
-	}()
+	go st.extract(ctx, e, started)
+	if !compressed && !<-started {
+		return nil // ctx ended before a slot was free: nothing will be fed
+	}
 	return e
+}
+
+// extract runs e in one of the extraction slots, which it alone takes and gives back: it waits
+// for a free slot, says on started whether it got one (false when ctx ended first: e ends
+// with ctx's error, never run), runs e and gives the slot back.
+func (st *stager) extract(ctx context.Context, e *extraction, started chan<- bool) {
+	defer st.running.Add(-1)
+	select {
+	case st.p.slots <- struct{}{}:
+	case <-ctx.Done():
+		e.err = ctx.Err()
+		if e.follow != nil {
+			_ = e.follow.f.Close()
+		}
+		close(e.done)
+		started <- false
+		return
+	}
+	defer func() { <-st.p.slots }()
+	started <- true
+	e.run(ctx)
 }
 
 // finish records e as the extraction of the blob dgst, once the blob is committed.

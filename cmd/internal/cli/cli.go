@@ -40,10 +40,13 @@ func ExitStatus(err error) int {
 	return 1
 }
 
-// ParseFlags parses a command's flags. help is true when -h or --help was given (the usage has
-// been printed, and the command returns nil); any other error is a usage error. The flag list
-// the usage prints names long flags with two dashes, as they are written (LongFlags).
-func ParseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
+// ParseFlags parses a command's flags. help is true when -h or --help was given: the usage has
+// been printed to stdout, as asked for, and the command returns nil (exit status 0). On any other
+// error the usage goes to the flag set's output (the command's stderr) and the error is a usage
+// error (exit status 2). The usage is what fset.Usage prints to fset.Output() (every command's
+// Usage writes there, never to a stream of its own); the flag list names long flags with two
+// dashes, as they are written (LongFlags).
+func ParseFlags(stdout io.Writer, fset *flag.FlagSet, args []string) (help bool, err error) {
 	// The flag package prints every flag with one dash and has no option to do otherwise, so
 	// what it prints while parsing (the usage, on -h or an error) is caught and rewritten.
 	out := fset.Output()
@@ -51,13 +54,17 @@ func ParseFlags(fset *flag.FlagSet, args []string) (help bool, err error) {
 	fset.SetOutput(&buf)
 	err = fset.Parse(args)
 	fset.SetOutput(out)
+	help = errors.Is(err, flag.ErrHelp)
+	if help {
+		out = stdout
+	}
 	if buf.Len() > 0 {
 		_, _ = io.WriteString(out, LongFlags(buf.String()))
 	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
+	switch {
+	case help:
+		return true, nil
+	case err != nil:
 		return false, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return false, nil

@@ -44,7 +44,7 @@ func TestParseFlags(t *testing.T) {
 		fset := flag.NewFlagSet("t", flag.ContinueOnError)
 		fset.SetOutput(io.Discard)
 		fset.Int("n", 0, "")
-		help, err := ParseFlags(fset, tt.args)
+		help, err := ParseFlags(io.Discard, fset, tt.args)
 		require.Equal(t, tt.wantHelp, help, "%q", tt.args)
 		if tt.wantErr {
 			require.ErrorIs(t, err, ErrUsage, "%q", tt.args)
@@ -72,19 +72,42 @@ func TestLongFlags(t *testing.T) {
 	}
 }
 
+// The usage asked for goes to stdout, with long flags written with two dashes; the usage shown
+// beside a usage error goes to the flag set's output (stderr).
 func TestParseFlagsHelpShowsLongFlags(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	fset := flag.NewFlagSet("t", flag.ContinueOnError)
-	fset.SetOutput(&out)
-	fset.String("kubeconfig", "", "kubeconfig `file`")
-	fset.String("n", "", "namespace")
-	help, err := ParseFlags(fset, []string{"--help"})
-	require.NoError(t, err)
-	require.True(t, help)
-	require.Contains(t, out.String(), "  --kubeconfig file\n")
-	require.Contains(t, out.String(), "  -n string\n")
-	require.Equal(t, &out, fset.Output(), "the output is given back")
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		help     bool
+		toStdout bool
+	}{
+		{name: "--help", args: []string{"--help"}, help: true, toStdout: true},
+		{name: "-h", args: []string{"-h"}, help: true, toStdout: true},
+		{name: "unknown flag", args: []string{"--nope"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			fset := flag.NewFlagSet("t", flag.ContinueOnError)
+			fset.SetOutput(&stderr)
+			fset.Usage = func() { fmt.Fprintln(fset.Output(), "usage: t [flags]"); fset.PrintDefaults() }
+			fset.String("kubeconfig", "", "kubeconfig `file`")
+			fset.String("n", "", "namespace")
+			help, err := ParseFlags(&stdout, fset, tt.args)
+			require.Equal(t, tt.help, help)
+			require.Equal(t, !tt.help, errors.Is(err, ErrUsage))
+			shown, quiet := stdout.String(), stderr.String()
+			if !tt.toStdout {
+				shown, quiet = quiet, shown
+			}
+			require.Contains(t, shown, "usage: t [flags]\n")
+			require.Contains(t, shown, "  --kubeconfig file\n")
+			require.Contains(t, shown, "  -n string\n")
+			require.Empty(t, quiet)
+			require.Equal(t, &stderr, fset.Output(), "the output is given back")
+		})
+	}
 }
 
 func TestExitStatusHelp(t *testing.T) {

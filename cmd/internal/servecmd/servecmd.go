@@ -49,18 +49,22 @@ indexed. SIGTERM stops accepting connections and gives in-flight downloads --gra
 const gcPercent = 200
 
 // Run parses the serve command's flags from args and serves until ctx is done. Usage errors wrap
-// cli.ErrUsage; -h prints the usage to stderr and returns nil.
-func Run(ctx context.Context, log *slog.Logger, stderr io.Writer, args []string) error {
+// cli.ErrUsage (their usage goes to stderr); -h, --help or help prints the usage to stdout and
+// returns nil.
+func Run(ctx context.Context, log *slog.Logger, stdout, stderr io.Writer, args []string) error {
 	fset := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fset.SetOutput(stderr)
-	fset.Usage = func() { fmt.Fprint(stderr, Usage); fset.PrintDefaults() }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), Usage); fset.PrintDefaults() }
 	isoFile := fset.String("iso", "", "the release ISO to serve")
 	isoURL := fset.String("iso-url", "", "the URL to download the release ISO from")
 	isoSum := fset.String("iso-checksum", "", "the ISO's checksum, sha512:HEX (required with --iso-url, verified with --iso)")
 	cacheDir := fset.String("cache-dir", "", "where a downloaded ISO is kept (required with --iso-url)")
 	listen := fset.String("listen", "127.0.0.1:8080", "the address to serve on")
 	grace := fset.Duration("grace", 30*time.Second, "how long in-flight requests may run after SIGTERM")
-	if help, err := cli.ParseFlags(fset, args); help || err != nil {
+	if len(args) == 1 && args[0] == "help" {
+		args = []string{"-h"} // upgrade-repo-serve help, as upgrade-repo help
+	}
+	if help, err := cli.ParseFlags(stdout, fset, args); help || err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
