@@ -3,5 +3,5 @@
 // (the upgrade is refused) or skippable (force turns it into a warning). The package is pure: the
 // caller gathers the facts (versions, nodes, plans) and Evaluate judges them.
 //
-// Imports: the standard library only (depguard rule policy, boundary test).
+// Imports: the standard library only (internal/boundary).
 package policy

@@ -7,7 +7,7 @@
 // shares (Phase.Finished, Phase.Name, UpgradePlan.NodeExecutor). Deepcopy functions, CRD
 // manifests and RBAC are generated from it by controller-gen (make generate).
 //
-// Imports: the standard library and k8s.io/apimachinery only (depguard rule api, boundary test).
+// Imports: the standard library and k8s.io/apimachinery only (internal/boundary).
 //
 // +kubebuilder:object:generate=true
 // +groupName=management.harvesterhci.io
