@@ -142,10 +142,17 @@ func requireMirrorPull(t *testing.T, c *cluster, version string) {
 			}
 		}
 		byDigest := strings.TrimSuffix(releaseCheckImage, ":v1.5.2") + "@" + digest
-		removeImage(t, n.Name, releaseCheckImage)
+		// Every name of the image (its tag, the NAME@DIGEST and image ID references the CRI
+		// adds on a pull), so that its content goes too.
+		removeImageNamed(t, n.Name, digest)
+		before := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
 		pod, events, err := runReleaseCheck(t, c, n.Name, "e2e-mirror-pull-digest", byDigest, corev1.PullIfNotPresent)
 		require.NoError(t, err, "a pod of %s on %s with the image removed; events:\n%s", byDigest, n.Name, strings.Join(events, "\n"))
-		t.Logf("pod %s ran %s on %s; events: %s", pod.Name, byDigest, n.Name, strings.Join(events, "; "))
+		after := agentMetricsOnNode(t, c, n.Name)[`upgrade_repo_registry_sent_bytes_total{source="peer"}`]
+		t.Logf("pod %s ran %s on %s after a pull through its agent: %.0f blob bytes from peers; events: %s", pod.Name, byDigest, n.Name, after-before, strings.Join(events, "; "))
+		require.True(t, slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Pulled: Successfully pulled") }),
+			"the kubelet pulled %s on %s; events:\n%s", byDigest, n.Name, strings.Join(events, "\n"))
+		require.Greater(t, after-before, float64(1<<20), "blob bytes the agent of %s passed on from peers", n.Name)
 		require.NoError(t, c.cs.CoreV1().Pods(c.namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 		// The node as it was: the release image under its tag.
 		pod, events, err = runReleaseCheck(t, c, n.Name, "e2e-mirror-pull", releaseCheckImage, corev1.PullIfNotPresent)
@@ -172,6 +179,31 @@ func manifestDigest(t *testing.T, node, ref string) string {
 		return fmt.Errorf("%s not listed on %s:\n%s", ref, node, out)
 	})
 	return d
+}
+
+// removeImageNamed removes every reference of node's containerd whose manifest digest is digest,
+// and with the last the image's content, as the image garbage collection removes an image.
+func removeImageNamed(t *testing.T, node, digest string) {
+	t.Helper()
+	eventually(t, time.Minute, "remove every name of "+digest+" from "+node, func(ctx context.Context) error {
+		out, err := nodeCmd(ctx, node, "ctr", "-n", "k8s.io", "images", "ls")
+		if err != nil {
+			return err
+		}
+		var refs []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == digest {
+				refs = append(refs, f[0])
+			}
+		}
+		if len(refs) == 0 {
+			return nil
+		}
+		if _, err := nodeCmd(ctx, node, append([]string{"ctr", "-n", "k8s.io", "images", "rm", "--sync"}, refs...)...); err != nil {
+			return err
+		}
+		return fmt.Errorf("removed %v; listing again", refs)
+	})
 }
 
 // removeImage removes image ref and its content from node's containerd, as the image garbage
