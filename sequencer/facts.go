@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +32,11 @@ type Facts struct {
 	// server); empty when none reports one. A caller that can ask the API server (/version)
 	// should prefer its answer.
 	KubernetesVersion string
+	// RepoNodes are the agents' reports by node name.
+	RepoNodes map[string]*v1beta1.RepoNodeStatus
+	// UndrainableBudgets say which PodDisruptionBudgets no drain can ever satisfy
+	// (UndrainableBudgets).
+	UndrainableBudgets []string
 }
 
 // ControlPlaneKubelet returns the oldest kubelet version among the control-plane nodes, or ""
@@ -79,6 +85,19 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		return Facts{}, fmt.Errorf("list upgrade plans: %w", err)
 	}
 	f.PlansInFlight = inFlight(plans.Items, plan)
+	var rns v1beta1.RepoNodeList
+	if err := r.List(ctx, &rns); err != nil {
+		return Facts{}, fmt.Errorf("list repo nodes: %w", err)
+	}
+	f.RepoNodes = map[string]*v1beta1.RepoNodeStatus{}
+	for i := range rns.Items {
+		f.RepoNodes[rns.Items[i].Name] = &rns.Items[i].Status
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := r.List(ctx, &pdbs); err != nil {
+		return Facts{}, fmt.Errorf("list pod disruption budgets: %w", err)
+	}
+	f.UndrainableBudgets = UndrainableBudgets(pdbs.Items)
 	var v v1beta1.Version
 	switch err := r.Get(ctx, client.ObjectKey{Name: target}, &v); {
 	case apierrors.IsNotFound(err):
@@ -88,6 +107,24 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		f.Version = &v
 	}
 	return f, nil
+}
+
+// UndrainableBudgets says which of budgets no drain can ever satisfy: those that, with every
+// pod they expect healthy, still allow no disruption (maxUnavailable 0, or minAvailable as many
+// as their pods). A drain of a node that runs one of their pods waits for ever; a budget that
+// allows none only now (a pod not Ready) is the drain's to wait for, and only warned of.
+func UndrainableBudgets(budgets []policyv1.PodDisruptionBudget) []string {
+	var out []string
+	for _, b := range budgets {
+		st := b.Status
+		if st.ExpectedPods <= 0 || st.ExpectedPods > st.DesiredHealthy {
+			continue
+		}
+		out = append(out, fmt.Sprintf("PodDisruptionBudget %s/%s allows no eviction even with its %d pods healthy (it wants %d healthy)",
+			b.Namespace, b.Name, st.ExpectedPods, st.DesiredHealthy))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // inFlight names the plans other than self that have not finished. A plan that has not started
