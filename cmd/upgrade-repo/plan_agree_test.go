@@ -87,7 +87,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		}}
 	}
 	undrainable := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg"},
-		Status: policyv1.PodDisruptionBudgetStatus{ExpectedPods: 2, DesiredHealthy: 2, CurrentHealthy: 2}}
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "pg"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ExpectedPods: 1, DesiredHealthy: 1, CurrentHealthy: 1}}
+	pgPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg-0", Labels: map[string]string{"app": "pg"}},
+		Spec: corev1.PodSpec{NodeName: "w-1"}}
 
 	tests := []struct {
 		name string
@@ -121,7 +124,7 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		{name: "a node cordoned by someone else", objs: with(cordoned(cluster(true, kubelet), "w-3"), installed("v1.5.2"), version), known: true},
 		{name: "a node cordoned by someone else, forced", objs: with(cordoned(cluster(true, kubelet), "w-3"), installed("v1.5.2"), version), known: true,
 			force: true, allowed: true},
-		{name: "a budget no drain meets", objs: with(cluster(true, kubelet), installed("v1.5.2"), version, undrainable), known: true},
+		{name: "a budget no drain meets", objs: with(cluster(true, kubelet), installed("v1.5.2"), version, undrainable, pgPod), known: true},
 		{name: "room on every node that reports", objs: with(cluster(true, kubelet), installed("v1.5.2"), version,
 			repoNode("cp-a", 50<<30), repoNode("w-1", 50<<30)), known: true, iso: true, allowed: true},
 		{name: "a node without room for the release", objs: with(cluster(true, kubelet), installed("v1.5.2"), version,
