@@ -2,6 +2,7 @@ package isorelease
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"io/fs"
 )
@@ -22,7 +23,7 @@ func tarBytes(fsys fs.FS, name string, compressed int64) int64 {
 	defer f.Close()
 	var b [18]byte
 	n, err := io.ReadFull(f, b[:])
-	if err != nil && err != io.ErrUnexpectedEOF {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return 0
 	}
 	size := zstdContentSize(b[:n])
