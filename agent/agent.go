@@ -61,6 +61,12 @@ type Config struct {
 	CleanImages bool
 	// CleanDryRun only reports what CleanImages would remove.
 	CleanDryRun bool
+	// ContainerdDir is a directory, as the agent sees it, on the file system of containerd's
+	// root (its content directory), whose free space the report carries; empty reports none.
+	ContainerdDir string
+	// KubeletConfig is the kubelet's configuration file, read for its image garbage collection
+	// thresholds; empty reports none.
+	KubeletConfig string
 }
 
 // Validate reports the first setting that cannot work, or nil.
@@ -237,7 +243,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		}
 		a.report = &reporter{
 			w: w, board: a.board, plans: a.plans, url: "http://" + deps.Gossip.HTTPAddr() + "/",
-			cacheDir: cfg.CacheDir, interval: cfg.ReportInterval, look: min(time.Second, cfg.ReportInterval),
+			cacheDir: cfg.CacheDir, containerdDir: cfg.ContainerdDir, kubeletConfig: cfg.KubeletConfig, interval: cfg.ReportInterval, look: min(time.Second, cfg.ReportInterval),
 			warn: a.log.Warn,
 		}
 	}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"syscall"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -40,7 +39,10 @@ type reporter struct {
 	plans    *instructions
 	url      string // the node's repo base URL
 	cacheDir string
-	interval time.Duration
+	// containerdDir is a directory on the file system of containerd's root; kubeletConfig the
+	// kubelet's configuration file. Either may be empty: its figures are not reported.
+	containerdDir, kubeletConfig string
+	interval                     time.Duration
 	// look is how often the board is looked at for a change of state.
 	look time.Duration
 	warn func(msg string, args ...any)
@@ -101,7 +103,12 @@ func (r *reporter) once(ctx context.Context, now time.Time) error {
 	r.board.keepStepOf(in.Plan)
 	st := r.board.RepoNode(r.url)
 	st.ISO.Checksum = r.asPlanWrites(st.ISO.Checksum)
-	st.Cache = cacheUsage(r.cacheDir)
+	st.Cache = fsUsage(r.cacheDir)
+	if r.containerdDir != "" {
+		c := fsUsage(r.containerdDir)
+		st.Containerd = &c
+	}
+	st.ImageGC = readImageGC(r.kubeletConfig)
 	if sameState(st, r.last) && now.Sub(r.lastAt) < r.interval {
 		return nil
 	}
@@ -128,20 +135,6 @@ func (r *reporter) asPlanWrites(sum string) string {
 		}
 	}
 	return sum
-}
-
-// cacheUsage reports the free and total space of dir's file system, for the sequencer's
-// pre-flight check; zero when dir is empty or cannot be read.
-func cacheUsage(dir string) v1beta1.RepoNodeCache {
-	if dir == "" {
-		return v1beta1.RepoNodeCache{}
-	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		return v1beta1.RepoNodeCache{Path: dir}
-	}
-	bs := int64(fs.Bsize) //nolint:unconvert // Bsize is not int64 on every platform.
-	return v1beta1.RepoNodeCache{Path: dir, FreeBytes: int64(fs.Bavail) * bs, TotalBytes: int64(fs.Blocks) * bs}
 }
 
 // sameState reports whether two reports differ at most in progress counts.

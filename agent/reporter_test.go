@@ -104,12 +104,15 @@ func TestSameState(t *testing.T) {
 
 func TestCacheUsage(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, v1beta1.RepoNodeCache{}, cacheUsage(""))
+	require.Equal(t, v1beta1.RepoNodeCache{}, fsUsage(""))
 	missing := t.TempDir() + "/missing"
-	require.Equal(t, v1beta1.RepoNodeCache{Path: missing}, cacheUsage(missing))
-	c := cacheUsage(t.TempDir())
+	require.Equal(t, v1beta1.RepoNodeCache{Path: missing}, fsUsage(missing))
+	dir := t.TempDir()
+	c := fsUsage(dir)
 	require.Positive(t, c.TotalBytes)
 	require.LessOrEqual(t, c.FreeBytes, c.TotalBytes)
+	require.NotEmpty(t, c.FilesystemID)
+	require.Equal(t, c.FilesystemID, fsUsage(dir+"/..").FilesystemID, "two directories of one file system")
 }
 
 // A step report reaches the RepoNode at the next report, not at the heartbeat, replaces the one

@@ -115,9 +115,17 @@ func TestUpgrade(t *testing.T) {
 	})
 	// A plan whose ISO refuses the installed version fails before any download.
 	refusedIn := refusedBeforeDownload(t, c, upgradeImage, meta.Harvester, meta.MinUpgradableVersion)
+	// A node whose kubelet would collect the release's images fails the pre-flight, with its figures.
+	diskRefusedBeforeDownload(t, c, upgradeImage, meta.Harvester)
 	prev := installPreviousRelease(t, c)
 	// Node containers started from here on are reboots (the upgrade image's).
 	boots := watchNodeContainers(t, c)
+	// What containerd holds before the plan, against what it holds once the preload is done.
+	diskBefore := containerdBytes(t, c)
+	var diskAfter map[string]int64
+	var estimates []timeEstimate
+	var phaseSeen time.Time
+	estimated := map[apiv1beta1.Phase]int{}
 	start := time.Now()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: upgradePlanName},
@@ -158,7 +166,20 @@ func TestUpgrade(t *testing.T) {
 			}
 			if plan.Status.Phase != lastPhase {
 				t.Logf("+%s phase %s", time.Since(start).Round(time.Second), plan.Status.Phase)
-				lastPhase = plan.Status.Phase
+				lastPhase, phaseSeen = plan.Status.Phase, time.Now()
+			}
+			// The time estimate as a phase begins, and again 10 s in (a rate measured).
+			if n := estimated[plan.Status.Phase]; n == 0 || (n == 1 && time.Since(phaseSeen) > 10*time.Second) {
+				if e, err := estimateNow(ctx, c, &plan); err == nil && e != nil {
+					estimates = append(estimates, *e)
+					estimated[plan.Status.Phase]++
+				}
+			}
+			switch plan.Status.Phase {
+			case apiv1beta1.PhaseImagePreloaded, apiv1beta1.PhaseClusterUpgrading, apiv1beta1.PhaseClusterUpgraded, apiv1beta1.PhaseNodeUpgrading:
+				if diskAfter == nil {
+					diskAfter = containerdBytes(t, c)
+				}
 			}
 			w.observe(ctx, t, c, &plan)
 			if plan.Status.Phase == apiv1beta1.PhaseSucceeded || plan.Status.Phase == apiv1beta1.PhaseFailed {
@@ -208,6 +229,22 @@ func TestUpgrade(t *testing.T) {
 		} {
 			require.Contains(t, seen, p, "phase %s recorded in the plan's transitions", p)
 		}
+	})
+
+	t.Run("the disk forecast against the bytes the preload wrote", func(t *testing.T) {
+		require.NotNil(t, diskAfter, "containerd was measured after the preload")
+		compareDisk(t, &plan, diskBefore, diskAfter)
+	})
+
+	t.Run("the time estimates against the time the plan took", func(t *testing.T) {
+		require.NotEmpty(t, estimates)
+		end := time.Now()
+		for _, p := range plan.Status.PhaseTransitionTimestamps {
+			if p.Phase == apiv1beta1.PhaseSucceeded {
+				end = p.PhaseTransitionTimestamp.Time
+			}
+		}
+		compareTime(t, estimates, end)
 	})
 
 	t.Run("every agent got the plan's ISO, from its cache or its peers", func(t *testing.T) {

@@ -39,6 +39,9 @@ type Archive struct {
 	Images []string `json:"images"`
 	// Size is the archive's size in bytes.
 	Size int64 `json:"size"`
+	// TarBytes is the size of the archive decompressed, as its zstd frame header says; 0 when
+	// it does not say (a stream compressed from a pipe).
+	TarBytes int64 `json:"tarBytes,omitempty"`
 }
 
 // Images returns every image of every archive, without repeats, in archive order.
@@ -157,7 +160,7 @@ func FromFS(fsys fs.FS, size int64) (*Contents, error) {
 		if err != nil {
 			return c, fmt.Errorf("archive %s: %w", a.Archive, err)
 		}
-		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size()})
+		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size(), TarBytes: tarBytes(fsys, a.Archive, st.Size())})
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/httprange"
@@ -20,6 +21,10 @@ func buildISO(t *testing.T) string {
 	t.Helper()
 	isotest.RequireXorriso(t)
 	src := t.TempDir()
+	enc, err := zstd.NewWriter(nil)
+	require.NoError(t, err)
+	// A zstd frame compressed whole says the size of its content: 1 MB of tar.
+	rke2Archive := enc.EncodeAll([]byte(strings.Repeat("r", 1_000_000)), nil)
 	files := map[string]string{
 		"harvester-release.yaml": "harvester: v1.6.0\nminUpgradableVersion: v1.5.0\nkubernetes: v1.33.3+rke2r1\n",
 		"bundle/metadata.yaml": "images:\n  common:\n  - list: harvester/images-lists/common.txt\n    archive: harvester/images/common.tar.zst\n" +
@@ -27,7 +32,7 @@ func buildISO(t *testing.T) string {
 		"bundle/harvester/images-lists/common.txt": "docker.io/library/nginx:1.27\nrancher/harvester:v1.6.0\n",
 		"bundle/harvester/images-lists/rke2.txt":   "rancher/rke2-runtime:v1.33.3-rke2r1\ndocker.io/library/nginx:1.27\n",
 		"bundle/harvester/images/common.tar.zst":   strings.Repeat("c", 300000),
-		"bundle/harvester/images/rke2.tar.zst":     strings.Repeat("r", 200000),
+		"bundle/harvester/images/rke2.tar.zst":     string(rke2Archive),
 	}
 	for p, body := range files {
 		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755))
@@ -59,6 +64,8 @@ func TestOpen(t *testing.T) {
 		require.Equal(t, "common", c.Archives[0].Group)
 		require.Equal(t, int64(300000), c.Archives[0].Size)
 		require.Len(t, c.Archives[0].Images, 2)
+		require.Zero(t, c.Archives[0].TarBytes, "an archive that is no zstd frame says nothing")
+		require.Equal(t, int64(1_000_000), c.Archives[1].TarBytes, "read from the frame's header")
 		require.Len(t, c.Images(), 3, "an image in two lists counts once")
 		st, _ := os.Stat(path)
 		require.Equal(t, st.Size(), c.Size)

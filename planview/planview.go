@@ -12,6 +12,7 @@
 package planview
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -92,6 +93,78 @@ type Plan struct {
 	OnlyNodes []string `json:"onlyNodes"`
 	// Nodes are the plan's nodes in upgrade order.
 	Nodes []NodeStatus `json:"nodes"`
+	// Estimate is when the plan is expected to end; set by the caller for a plan that runs,
+	// null otherwise.
+	Estimate *Estimate `json:"estimate"`
+}
+
+// Estimate is when a running plan is expected to end, and what that rests on.
+type Estimate struct {
+	// RemainingSeconds is the time left; EndTime is Time plus it.
+	RemainingSeconds int64     `json:"remainingSeconds"`
+	EndTime          time.Time `json:"endTime"`
+	// First is true on the cluster's first plan: nothing recorded to go on but this plan's
+	// own rates.
+	First bool `json:"first"`
+	// Partial is true when some phase left has nothing to go on: RemainingSeconds is then a
+	// lower bound.
+	Partial bool `json:"partial"`
+	// Phases are the phases left, in order.
+	Phases []PhaseEstimate `json:"phases"`
+	// Nodes are the nodes left and when each is expected to be upgraded.
+	Nodes []NodeEstimate `json:"nodes"`
+}
+
+// PhaseEstimate is the estimate of one phase left.
+type PhaseEstimate struct {
+	Phase            string `json:"phase"`
+	RemainingSeconds int64  `json:"remainingSeconds"`
+	// Basis is what it rests on: rate (this plan's bytes a second), history (the median of
+	// the cluster's earlier plans), this plan (its finished node upgrades) or unknown.
+	Basis string `json:"basis"`
+	// Samples is how many earlier plans or node upgrades it rests on.
+	Samples int `json:"samples"`
+}
+
+// NodeEstimate is when a node left is expected to be upgraded, from now.
+type NodeEstimate struct {
+	Node             string `json:"node"`
+	RemainingSeconds int64  `json:"remainingSeconds"`
+}
+
+// Line says the estimate in one line: the time left, the end, and what it rests on.
+func (e *Estimate) Line() string {
+	left := (time.Duration(e.RemainingSeconds) * time.Second).String()
+	var bases []string
+	seen := map[string]bool{}
+	var unknown []string
+	for _, ph := range e.Phases {
+		switch {
+		case ph.Basis == "unknown":
+			unknown = append(unknown, ph.Phase)
+		case !seen[ph.Basis]:
+			seen[ph.Basis] = true
+			bases = append(bases, ph.Basis)
+		}
+	}
+	near := e.EndTime.UTC().Format("15:04 UTC")
+	var s string
+	switch {
+	case e.Partial && e.RemainingSeconds == 0:
+		s = "not known yet: nothing to go on for " + strings.Join(unknown, ", ")
+	case e.Partial:
+		s = fmt.Sprintf("in at least %s, near %s at the earliest (from %s); nothing to go on yet for %s", left, near,
+			strings.Join(bases, ", "), strings.Join(unknown, ", "))
+	default:
+		s = fmt.Sprintf("in about %s, near %s", left, near)
+		if len(bases) > 0 {
+			s += " (from " + strings.Join(bases, ", ") + ")"
+		}
+	}
+	if e.First {
+		s += "; a first estimate: the cluster recorded no earlier plan"
+	}
+	return s
 }
 
 // Hold is what holds a running plan's nodes back until the operator releases them.

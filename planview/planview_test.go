@@ -303,7 +303,7 @@ func TestJSONFields(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"name", "version", "previousVersion", "phase", "failedPhase", "time", "startTime", "phaseTime",
 		"finishTime", "elapsedSeconds", "phaseElapsedSeconds", "degraded", "warnings", "retries", "installed", "release",
-		"held", "skipNodes", "onlyNodes", "nodes",
+		"held", "skipNodes", "onlyNodes", "nodes", "estimate",
 	}, keys(doc))
 	nodes, ok := doc["nodes"].([]any)
 	require.True(t, ok)
@@ -510,4 +510,29 @@ func TestWriteTextControlPlanes(t *testing.T) {
 	require.Contains(t, out, "cp-1            v1.34.4     v1.34.4              v1.34.4     3.6.5-0\n")
 	require.Contains(t, out, "cp-2            v1.33.13    v1.33.13             v1.33.13    -\n")
 	require.NotContains(t, out[strings.Index(out, "CONTROL PLANE"):], "w-1", "a worker has no control-plane row")
+}
+
+func TestEstimateLine(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 3, 1, 11, 30, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		e    Estimate
+		want string
+	}{
+		{name: "from history and rate", e: Estimate{RemainingSeconds: 1500, EndTime: end, Phases: []PhaseEstimate{
+			{Phase: "ISODownloading", Basis: "rate"}, {Phase: "ImagePreloading", Basis: "history"}, {Phase: "CleaningUp", Basis: "history"}}},
+			want: "in about 25m0s, near 11:30 UTC (from rate, history)"},
+		{name: "a first plan", e: Estimate{RemainingSeconds: 240, EndTime: end, First: true, Partial: true, Phases: []PhaseEstimate{
+			{Phase: "ISODownloading", Basis: "rate"}, {Phase: "ImagePreloading", Basis: "unknown"}, {Phase: "NodeUpgrading", Basis: "unknown"}}},
+			want: "in at least 4m0s, near 11:30 UTC at the earliest (from rate); nothing to go on yet for ImagePreloading, NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
+		{name: "nothing to go on", e: Estimate{EndTime: end, First: true, Partial: true, Phases: []PhaseEstimate{{Phase: "NodeUpgrading", Basis: "unknown"}}},
+			want: "not known yet: nothing to go on for NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, tt.e.Line())
+		})
+	}
 }

@@ -45,6 +45,9 @@ func WriteText(w io.Writer, p *Plan) error {
 		fmt.Fprintf(tw, "Release:\t%s\n", r)
 	}
 	fmt.Fprintf(tw, "Phase:\t%s\n", phaseLine(p))
+	if e := p.Estimate; e != nil {
+		fmt.Fprintf(tw, "Ends:\t%s\n", e.Line())
+	}
 	if d := p.Degraded; d != nil {
 		fmt.Fprintf(tw, "Degraded:\t%s\n", oneLine(joinReason(d.Reason, d.Message)))
 	}

@@ -57,6 +57,8 @@ type Input struct {
 	// Kubernetes version, pass for a downgrade within one minor version and fail, required,
 	// across one; kubelets newer than the target are what the rollback replaces.
 	Rollback bool
+	// Preflight are the facts of the pre-flight checks (disk, cordons, budgets, certificates).
+	Preflight Preflight
 }
 
 // Check is the outcome of one policy.
@@ -189,6 +191,9 @@ func Evaluate(in Input) Result {
 	add(force(pr, in.Force))
 
 	for _, c := range kubernetesChecks(in) {
+		add(c)
+	}
+	for _, c := range preflightChecks(in) {
 		add(c)
 	}
 

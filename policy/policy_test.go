@@ -130,10 +130,11 @@ func TestEvaluateRequiredSplit(t *testing.T) {
 		policy.CheckNoPlanInFlight: true, policy.CheckMinorStep: true, policy.CheckMinUpgradableVersion: true,
 		policy.CheckNoDowngrade: false, policy.CheckNodesReady: false, policy.CheckPrerelease: false,
 		policy.CheckKubernetesNoDowngrade: false, policy.CheckKubernetesMinorStep: false, policy.CheckKubeletSkew: false,
+		policy.CheckNodeDiskSpace: false, policy.CheckNodesSchedulable: false, policy.CheckDrainable: false, policy.CheckCertificateExpiry: false,
 	}
 	for _, minV := range []string{"", "v1.5.0"} {
 		r := policy.Evaluate(policy.Input{Current: "v1.5.2", Target: "v1.6.0", MinUpgradableVersion: minV, VersionExists: true})
-		require.Len(t, r.Checks, 11)
+		require.Len(t, r.Checks, 15)
 		for _, c := range r.Checks {
 			want, ok := required[c.Name]
 			require.True(t, ok, "unexpected check %s", c.Name)

@@ -416,6 +416,10 @@ func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 	if ns.State != old.State {
 		now := d.now
 		ns.StateTime = &now
+		if ns.State == v1beta1.NodeCordoned && ns.UpgradeStartTime == nil {
+			// The node's upgrade starts with its cordon; a retry keeps the first start.
+			ns.UpgradeStartTime = &now
+		}
 	}
 	if ns.LastProgressTime == nil || ns.State != old.State || ns.Reason != old.Reason || ns.Message != old.Message ||
 		ns.BytesDone != old.BytesDone || ns.ImagesDone != old.ImagesDone {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
@@ -456,13 +457,14 @@ func TestDecide(t *testing.T) {
 			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) { require.Empty(t, d.Status.Warnings) }},
 		},
 		{
-			name: "pre-flight: no room for the ISO waits, naming the node", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+			name: "pre-flight: no room for the ISO waits, naming the node and its figures", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
 				o.RepoNodes["w-2"].Cache.FreeBytes = 1 << 30
 			}),
-			want: want{phase: v1beta1.PhaseInitializing, degraded: "PreflightCheckFailed", check: func(t *testing.T, d sequencer.Decision) {
+			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending", check: func(t *testing.T, d sequencer.Decision) {
 				msg := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message
-				require.Contains(t, msg, "node w-2: 1.0 GiB free in /var/lib/upgrade-repo, the ISO needs 6.0 GiB")
+				require.Contains(t, msg, "NodeDiskSpace: node w-2: ISO needs 6.0 GiB in /var/lib/upgrade-repo, 1.0 GiB free")
 				require.NotContains(t, msg, "w-1")
+				require.Nil(t, d.Status.Agents, "nothing is downloaded")
 			}},
 		},
 		{
@@ -471,29 +473,46 @@ func TestDecide(t *testing.T) {
 				o.Plan.Spec.Force = true
 			}),
 			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
-				require.Equal(t, []string{"forced: node w-2: 1.0 GiB free in /var/lib/upgrade-repo, the ISO needs 6.0 GiB"}, d.Status.Warnings)
-			}},
-		},
-		{
-			name: "pre-flight: a node holding the ISO needs room for the images only", o: initializing(7<<30, 6<<30, func(o *sequencer.Observation) {
-				o.RepoNodes["cp-1"].ISO = v1beta1.RepoNodeISO{Checksum: testChecksum, State: v1beta1.ISOReady}
-			}),
-			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
-				require.Len(t, d.Status.Warnings, 3, "the three other nodes have room for the ISO, perhaps not the images: %q", d.Status.Warnings)
-				for _, w := range d.Status.Warnings {
-					require.NotContains(t, w, "cp-1")
+				var forced []string
+				for _, e := range d.Events {
+					if e.Reason == "PolicyForced" {
+						forced = append(forced, e.Message)
+					}
 				}
+				require.Equal(t, []string{"NodeDiskSpace: node w-2: ISO needs 6.0 GiB in /var/lib/upgrade-repo, 1.0 GiB free (forced)"}, forced)
 			}},
 		},
 		{
-			name: "pre-flight: a node holding the ISO under another spelling of its checksum needs room for the images only", o: initializing(7<<30, 6<<30, func(o *sequencer.Observation) {
+			name: "pre-flight: images that would cross a kubelet's GC threshold wait, with the figures", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = []isorelease.Archive{{Images: []string{"docker.io/library/a:1", "docker.io/library/b:1"}, Size: 2 << 30, TarBytes: 4 << 30}}
+				for _, rn := range o.RepoNodes {
+					rn.Containerd = &v1beta1.RepoNodeCache{Path: "/var/lib/containerd", FreeBytes: 50 << 30, TotalBytes: 100 << 30, FilesystemID: "2049"}
+				}
+				o.RepoNodes["w-1"].ImageGC = &v1beta1.RepoNodeImageGC{HighThresholdPercent: 55, LowThresholdPercent: 50, Source: "/var/lib/kubelet/config.yaml"}
+			}),
+			want: want{phase: v1beta1.PhaseInitializing, degraded: "PolicyCheckPending", check: func(t *testing.T, d sequencer.Decision) {
+				msg := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message
+				require.Contains(t, msg, "NodeDiskSpace: node w-1: images (8.0 GiB) would fill /var/lib/containerd to 58.0%, past the kubelet's image GC threshold of 55% (50.0 GiB free of 100.0 GiB)")
+				require.NotContains(t, msg, "cp-1")
+			}},
+		},
+		{
+			name: "pre-flight: the disk forecast is recorded per node; a node holding the ISO and its images needs no room", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = []isorelease.Archive{{Images: []string{"docker.io/library/a:1"}, Size: 1 << 30, TarBytes: 3 << 30}}
 				o.RepoNodes["cp-1"].ISO = v1beta1.RepoNodeISO{Checksum: strings.ToUpper(strings.TrimPrefix(testChecksum, "sha512:")), State: v1beta1.ISOReady}
+				o.RepoNodes["cp-1"].Preload.State = v1beta1.PreloadDone
+				o.RepoNodes["cp-2"].Containerd = &v1beta1.RepoNodeCache{Path: "/var/lib/containerd", FreeBytes: 40 << 30, TotalBytes: 100 << 30, FilesystemID: "7"}
 			}),
 			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
-				require.Len(t, d.Status.Warnings, 3, "the three other nodes have room for the ISO, perhaps not the images: %q", d.Status.Warnings)
-				for _, w := range d.Status.Warnings {
-					require.NotContains(t, w, "cp-1")
-				}
+				require.Len(t, d.Status.DiskForecast, 4)
+				cp1, cp2 := d.Status.DiskForecast[0], d.Status.DiskForecast[1]
+				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-1", Filesystems: []v1beta1.FilesystemForecast{
+					{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, UsedPercentAfter: 80}}}, cp1)
+				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-2", ISOBytes: 6 << 30, ImagesStoredBytes: 3 << 30, ImagesUnpackedBytes: 3 << 30, ImagesMissing: 1,
+					Filesystems: []v1beta1.FilesystemForecast{
+						{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 86},
+						{Path: "/var/lib/containerd", What: "images", FreeBytes: 40 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 66, ImageGCHighPercent: 85},
+					}}, cp2)
 			}},
 		},
 		{

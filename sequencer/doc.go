@@ -5,7 +5,7 @@
 // resumes where the last one stopped. Metrics exposes the plans' phase, conditions and nodes by
 // state to Prometheus, read from the cluster at each scrape.
 //
-// Imports: api, policy, release, repoclient, suc, isorelease, planview, nodestep (the step's
+// Imports: api, policy, forecast, release, repoclient, suc, isorelease, planview, nodestep (the step's
 // environment), backoff, checksum, httprange, redact and controller-runtime; never the node's side
 // (agent, peer, preload, iso, repo) nor containerd or memberlist.
 package sequencer

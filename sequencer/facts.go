@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -31,6 +35,11 @@ type Facts struct {
 	// server); empty when none reports one. A caller that can ask the API server (/version)
 	// should prefer its answer.
 	KubernetesVersion string
+	// RepoNodes are the agents' reports by node name.
+	RepoNodes map[string]*v1beta1.RepoNodeStatus
+	// UndrainableBudgets say which PodDisruptionBudgets no drain can ever satisfy
+	// (UndrainableBudgets).
+	UndrainableBudgets []string
 }
 
 // ControlPlaneKubelet returns the oldest kubelet version among the control-plane nodes, or ""
@@ -79,6 +88,23 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		return Facts{}, fmt.Errorf("list upgrade plans: %w", err)
 	}
 	f.PlansInFlight = inFlight(plans.Items, plan)
+	var rns v1beta1.RepoNodeList
+	if err := r.List(ctx, &rns); err != nil {
+		return Facts{}, fmt.Errorf("list repo nodes: %w", err)
+	}
+	f.RepoNodes = map[string]*v1beta1.RepoNodeStatus{}
+	for i := range rns.Items {
+		f.RepoNodes[rns.Items[i].Name] = &rns.Items[i].Status
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := r.List(ctx, &pdbs); err != nil {
+		return Facts{}, fmt.Errorf("list pod disruption budgets: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods); err != nil {
+		return Facts{}, fmt.Errorf("list pods: %w", err)
+	}
+	f.UndrainableBudgets = UndrainableBudgets(pdbs.Items, pods.Items)
 	var v v1beta1.Version
 	switch err := r.Get(ctx, client.ObjectKey{Name: target}, &v); {
 	case apierrors.IsNotFound(err):
@@ -88,6 +114,40 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		f.Version = &v
 	}
 	return f, nil
+}
+
+// UndrainableBudgets says which of budgets no drain can ever satisfy: those that, with every
+// pod they expect healthy, still allow no disruption (maxUnavailable 0, or minAvailable as many
+// as their pods), and select a pod a drain evicts (Drainable), on the nodes named. A drain of
+// such a node waits for ever; a budget that allows none only now (a pod not Ready) is the drain's
+// to wait for, and only warned of.
+func UndrainableBudgets(budgets []policyv1.PodDisruptionBudget, pods []corev1.Pod) []string {
+	var out []string
+	for _, b := range budgets {
+		st := b.Status
+		if st.ExpectedPods <= 0 || st.ExpectedPods > st.DesiredHealthy || b.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		var nodes []string
+		for i := range pods {
+			p := &pods[i]
+			if p.Namespace == b.Namespace && Drainable(p) && p.Spec.NodeName != "" && sel.Matches(labels.Set(p.Labels)) {
+				nodes = append(nodes, p.Spec.NodeName)
+			}
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		slices.Sort(nodes)
+		out = append(out, fmt.Sprintf("PodDisruptionBudget %s/%s allows no eviction even with its %d pods healthy (it wants %d healthy): the drain of node %s would wait for ever",
+			b.Namespace, b.Name, st.ExpectedPods, st.DesiredHealthy, strings.Join(slices.Compact(nodes), ", ")))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // inFlight names the plans other than self that have not finished. A plan that has not started

@@ -2,11 +2,15 @@ package sequencer
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
@@ -33,6 +37,30 @@ type JudgeFacts struct {
 	KubernetesVersion string
 	// Release is the target release; nil when it has not been read yet.
 	Release *release.Release
+
+	// The pre-flight's facts; each left out is a check that passes saying it was not made.
+
+	// Now is when the plan is judged, for the certificates' expiry.
+	Now time.Time
+	// RepoNodes are the agents' reports by node name: each node's file systems, kubelet
+	// image GC thresholds and what it holds of the release.
+	RepoNodes map[string]*v1beta1.RepoNodeStatus
+	// ISOSize is the size of the Version's ISO; 0 when unknown.
+	ISOSize int64
+	// ISOChecksum is the ISO's SHA-512 (the Version's isoChecksum), to tell whether a node
+	// holds it already.
+	ISOChecksum string
+	// Archives are the target release's image archives as read from its ISO; nil when not
+	// read.
+	Archives []isorelease.Archive
+	// UndrainableBudgets say which PodDisruptionBudgets no drain can ever satisfy.
+	UndrainableBudgets []string
+	// Certificates are the control-plane certificates read, CertificatesNote what could not be.
+	Certificates     []policy.Certificate
+	CertificatesNote string
+	// Window is how long the plan is expected to take (the certificates must outlast it); 0
+	// takes policy.DefaultCertificateWindow.
+	Window time.Duration
 }
 
 // Judgement is how a plan was judged: the policies' input and outcome, and the order its nodes
@@ -47,6 +75,9 @@ type Judgement struct {
 	ControlPlaneNodes, OtherNodes []string
 	// WorkersFirst says the other nodes go before the control plane (WorkersFirst of the plan).
 	WorkersFirst bool
+	// Disk is the forecast of each of those nodes' disk, in upgrade order; empty when the
+	// ISO's size is not known.
+	Disk []forecast.NodeDisk
 }
 
 // WorkersFirst reports whether plan p takes the nodes that are not control planes first, then
@@ -93,10 +124,89 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 		in.MinUpgradableVersion = r.MinUpgradableVersion
 		in.KubernetesTarget = r.Kubernetes
 	}
-	j := Judgement{Input: in, Result: policy.Evaluate(in)}
+	j := Judgement{}
 	j.ControlPlaneNodes, j.OtherNodes = NodeOrder(nodes)
 	j.WorkersFirst = WorkersFirst(p)
+	in.Preflight = policy.Preflight{UndrainableBudgets: f.UndrainableBudgets, Certificates: f.Certificates,
+		CertificatesNote: f.CertificatesNote, Now: f.Now, Window: f.Window, CordonedNodes: cordonedByOthers(p, nodes)}
+	j.Disk = diskForecast(&in.Preflight, f, append(slices.Clone(j.ControlPlaneNodes), j.OtherNodes...))
+	j.Input, j.Result = in, policy.Evaluate(in)
 	return j
+}
+
+// diskForecast forecasts the disk of the nodes named, in that order, and records in pre what
+// does not fit and what was not forecast.
+func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecast.NodeDisk {
+	if f.ISOSize <= 0 {
+		pre.DiskNote = "the ISO's size is not known"
+		return nil
+	}
+	rel := forecast.Release{ISOBytes: f.ISOSize}
+	for _, a := range f.Archives {
+		rel.Archives = append(rel.Archives, forecast.Archive{Name: a.Name(), Images: a.Images, CompressedBytes: a.Size, TarBytes: a.TarBytes})
+	}
+	var unknown []string
+	var out []forecast.NodeDisk
+	for _, name := range names {
+		rn := f.RepoNodes[name]
+		if rn == nil || rn.Cache.TotalBytes <= 0 {
+			unknown = append(unknown, name)
+			continue
+		}
+		n := forecast.Node{Name: name, Cache: filesystem(&rn.Cache),
+			HoldsISO: checksum.Same(rn.ISO.Checksum, f.ISOChecksum) && rn.ISO.State == v1beta1.ISOReady}
+		if rn.Containerd != nil {
+			n.Containerd = filesystem(rn.Containerd)
+		}
+		if gc := rn.ImageGC; gc != nil {
+			n.ImageGCHighPercent, n.ImageGCLowPercent = int(gc.HighThresholdPercent), int(gc.LowThresholdPercent)
+		}
+		if n.HoldsISO && rn.Preload.State == v1beta1.PreloadDone {
+			// The node preloaded this very ISO: its containerd holds the release's images.
+			n.Held = func(string) bool { return true }
+		}
+		d := forecast.Disk(rel, n)
+		if probs := d.Problems(); len(probs) > 0 {
+			if pre.DiskProblems == nil {
+				pre.DiskProblems = map[string][]string{}
+			}
+			pre.DiskProblems[name] = probs
+		}
+		out = append(out, d)
+	}
+	pre.DiskChecked = len(out) > 0
+	var notes []string
+	if len(f.Archives) == 0 {
+		notes = append(notes, "the ISO only: its image archives were not read")
+	}
+	if len(unknown) > 0 {
+		notes = append(notes, "no file system reported by node "+strings.Join(unknown, ", "))
+	}
+	pre.DiskNote = strings.Join(notes, "; ")
+	return out
+}
+
+func filesystem(c *v1beta1.RepoNodeCache) forecast.Filesystem {
+	return forecast.Filesystem{ID: c.FilesystemID, Path: c.Path, FreeBytes: c.FreeBytes, TotalBytes: c.TotalBytes}
+}
+
+// cordonedByOthers names the nodes of nodes that are cordoned while plan p has not cordoned
+// them itself (no state of its own that cordons: before it started, or pending).
+func cordonedByOthers(p *v1beta1.UpgradePlan, nodes []NodeInfo) []string {
+	var out []string
+	for _, n := range nodes {
+		if !n.Unschedulable {
+			continue
+		}
+		if p != nil {
+			if _, ours := nodeRules[p.Status.NodeUpgradeStatuses[n.Name].State]; ours {
+				continue
+			}
+		}
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // PlanNodes returns the nodes of nodes that plan p works on: those its
@@ -149,11 +259,18 @@ func NodeInfos(nodes []corev1.Node) []NodeInfo {
 // version. The Reconciler adds what each phase needs besides.
 func NewObservation(now time.Time, plan *v1beta1.UpgradePlan, f Facts) Observation {
 	return Observation{Now: now, Plan: plan, Version: f.Version, Installed: f.Installed,
-		PlansInFlight: f.PlansInFlight, Nodes: NodeInfos(f.Nodes), KubernetesVersion: f.KubernetesVersion}
+		PlansInFlight: f.PlansInFlight, Nodes: NodeInfos(f.Nodes), KubernetesVersion: f.KubernetesVersion,
+		RepoNodes: f.RepoNodes, UndrainableBudgets: f.UndrainableBudgets}
 }
 
 // judgeFacts are the facts of the observation that d's plan is judged on, with the release rel.
 func (d *decider) judgeFacts(rel *release.Release) JudgeFacts {
-	return JudgeFacts{Installed: d.o.Installed, VersionExists: d.o.Version != nil, PlansInFlight: d.o.PlansInFlight,
-		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel}
+	f := JudgeFacts{Installed: d.o.Installed, VersionExists: d.o.Version != nil, PlansInFlight: d.o.PlansInFlight,
+		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel,
+		Now: d.o.Now, RepoNodes: d.o.RepoNodes, ISOSize: d.o.ISOSize, Archives: d.o.EarlyArchives,
+		UndrainableBudgets: d.o.UndrainableBudgets, Certificates: d.o.Certificates, CertificatesNote: d.o.CertificatesNote}
+	if d.o.Version != nil {
+		f.ISOChecksum = d.o.Version.Spec.ISOChecksum
+	}
+	return f
 }

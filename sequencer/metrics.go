@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -24,6 +25,7 @@ type Metrics struct {
 	timeout time.Duration
 
 	info, phase, phaseStarted, condition, nodes *prometheus.Desc
+	remaining, estimatePartial                  *prometheus.Desc
 	readErrors                                  prometheus.Counter
 }
 
@@ -46,6 +48,10 @@ func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*
 		phaseStarted: d("phase_started_timestamp_seconds", "When each UpgradePlan entered its current phase, in seconds since the epoch.", "plan"),
 		condition:    d("condition", "1 for the status (True, False, Unknown) of each condition (Available, Progressing, Degraded) of each UpgradePlan.", "plan", "condition", "status"),
 		nodes:        d("nodes", "Nodes of each UpgradePlan by their state in it.", "plan", "state"),
+		remaining: d("remaining_seconds", "The time an UpgradePlan that runs is estimated to take still: its phases at the rates measured, "+
+			"or as long as the cluster's earlier plans took them (sequencer.EstimateTime).", "plan"),
+		estimatePartial: d("estimate_partial", "1 when some phase left of a running UpgradePlan has nothing to go on "+
+			"(a cluster's first plan): remaining_seconds is then a lower bound.", "plan"),
 		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "upgrade_repo_plan_read_errors_total",
 			Help: "Scrapes whose read of the UpgradePlans failed.",
@@ -59,7 +65,7 @@ func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*
 
 // Describe sends the descriptors of every metric Collect sends.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.info, m.phase, m.phaseStarted, m.condition, m.nodes} {
+	for _, d := range []*prometheus.Desc{m.info, m.phase, m.phaseStarted, m.condition, m.nodes, m.remaining, m.estimatePartial} {
 		ch <- d
 	}
 	m.readErrors.Describe(ch)
@@ -78,6 +84,49 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.readErrors.Collect(ch)
 	for i := range plans.Items {
 		collectPlan(ch, m, &plans.Items[i])
+	}
+	m.collectEstimates(ctx, ch, plans.Items)
+}
+
+// collectEstimates sends the time estimate of each plan that runs (EstimateTime). The nodes and
+// the agents' reports are read only when one does.
+func (m *Metrics) collectEstimates(ctx context.Context, ch chan<- prometheus.Metric, plans []v1beta1.UpgradePlan) {
+	running := false
+	for i := range plans {
+		running = running || !plans[i].Status.Phase.Finished()
+	}
+	if !running {
+		return
+	}
+	var nodes corev1.NodeList
+	var rns v1beta1.RepoNodeList
+	if err := m.c.List(ctx, &nodes); err != nil {
+		m.log.Warn("read nodes for the plans' time estimates", "err", err)
+		m.readErrors.Inc()
+		return
+	}
+	if err := m.c.List(ctx, &rns); err != nil {
+		m.log.Warn("read repo nodes for the plans' time estimates", "err", err)
+		m.readErrors.Inc()
+		return
+	}
+	reports := map[string]*v1beta1.RepoNodeStatus{}
+	for i := range rns.Items {
+		reports[rns.Items[i].Name] = &rns.Items[i].Status
+	}
+	infos := NodeInfos(nodes.Items)
+	now := time.Now()
+	for i := range plans {
+		est := EstimateTime(&plans[i], plans, infos, reports, now)
+		if est == nil {
+			continue
+		}
+		partial := 0.0
+		if est.Partial {
+			partial = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.remaining, prometheus.GaugeValue, est.Remaining.Seconds(), plans[i].Name)
+		ch <- prometheus.MustNewConstMetric(m.estimatePartial, prometheus.GaugeValue, partial, plans[i].Name)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -83,6 +84,8 @@ func TestMetricsTellThePlans(t *testing.T) {
 			want: []string{
 				`upgrade_repo_plan_condition{condition="Degraded",plan="hvst-upgrade",status="True"} 1`,
 				`upgrade_repo_plan_condition{condition="Progressing",plan="hvst-upgrade",status="True"} 1`,
+				// The cluster's first plan, no byte preloaded yet: nothing to go on.
+				`upgrade_repo_plan_estimate_partial{plan="hvst-upgrade"} 1`,
 				`upgrade_repo_plan_info{plan="hvst-upgrade",version="v1.6.0"} 1`,
 				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloaded"} 1`,
 				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloading"} 2`,
@@ -90,6 +93,7 @@ func TestMetricsTellThePlans(t *testing.T) {
 				`upgrade_repo_plan_phase_started_timestamp_seconds{plan="hvst-upgrade"} ` + strconv.FormatFloat(float64(entered.Unix()), 'g', -1, 64),
 				`upgrade_repo_plan_phase{phase="ImagePreloading",plan="hvst-upgrade"} 1`,
 				"upgrade_repo_plan_read_errors_total 0",
+				`upgrade_repo_plan_remaining_seconds{plan="hvst-upgrade"} 0`,
 			},
 		},
 		{
@@ -99,10 +103,13 @@ func TestMetricsTellThePlans(t *testing.T) {
 				{ObjectMeta: metav1.ObjectMeta{Name: "old"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.5.2"}, Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseSucceeded}},
 			},
 			want: []string{
+				// old took no phase it recorded: the new plan's estimate has nothing to go on.
+				`upgrade_repo_plan_estimate_partial{plan="new"} 1`,
 				`upgrade_repo_plan_info{plan="new",version="v1.6.0"} 1`,
 				`upgrade_repo_plan_info{plan="old",version="v1.5.2"} 1`,
 				`upgrade_repo_plan_phase{phase="Succeeded",plan="old"} 1`,
 				"upgrade_repo_plan_read_errors_total 0",
+				`upgrade_repo_plan_remaining_seconds{plan="new"} 0`,
 			},
 		},
 	}
@@ -148,4 +155,35 @@ func TestMetricsMoveWithThePlan(t *testing.T) {
 
 	failList = true
 	require.Equal(t, []string{"upgrade_repo_plan_read_errors_total 1"}, gathered(t, reg))
+}
+
+// A running plan's time estimate rests on what the cluster's earlier plan took: its phases and
+// its node upgrades.
+func TestMetricsEstimateFromHistory(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(t0.Add(d)) }
+	atp := func(d time.Duration) *metav1.Time { m := at(d); return &m }
+	past := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "past"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.5.2"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseSucceeded,
+			PhaseTransitionTimestamps: []v1beta1.PhaseTransitionTimestamp{
+				{Phase: v1beta1.PhaseNodeUpgrading, PhaseTransitionTimestamp: at(0)},
+				{Phase: v1beta1.PhaseCleaningUp, PhaseTransitionTimestamp: at(10 * time.Minute)},
+				{Phase: v1beta1.PhaseSucceeded, PhaseTransitionTimestamp: at(12 * time.Minute)},
+			},
+			NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{
+				"n1": {State: v1beta1.NodeUpgraded, UpgradeStartTime: atp(0), StateTime: atp(5 * time.Minute)},
+			}}}
+	next := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "next"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.6.0"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseClusterUpgraded,
+			NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{"n1": {}, "n2": {}}}}
+	nodes := []client.Object{past, next,
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}}
+	reg := prometheus.NewPedanticRegistry()
+	_, err := sequencer.NewMetrics(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(nodes...).Build(), slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	got := gathered(t, reg)
+	// Two nodes of 5m each, one at a time, then 2m of cleaning up.
+	require.Contains(t, got, `upgrade_repo_plan_remaining_seconds{plan="next"} 720`)
+	require.Contains(t, got, `upgrade_repo_plan_estimate_partial{plan="next"} 0`)
 }

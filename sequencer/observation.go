@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
@@ -81,6 +83,16 @@ type Observation struct {
 	// one that the verified metadata would refuse.
 	EarlyRelease    *release.Release
 	EarlyReleaseErr error
+	// EarlyArchives are the image archives of the ISO read with EarlyRelease, for the disk
+	// forecast. Only in Initializing.
+	EarlyArchives []isorelease.Archive
+	// Certificates are the control-plane certificates read before the plan starts, and
+	// CertificatesNote what could not be read. Only in Initializing.
+	Certificates     []policy.Certificate
+	CertificatesNote string
+	// UndrainableBudgets say which PodDisruptionBudgets no drain can ever satisfy
+	// (Facts.UndrainableBudgets).
+	UndrainableBudgets []string
 	// ClusterJob is the state of the cluster Job.
 	ClusterJob JobState
 	// NodeJobs are the states of the node Jobs by node name.

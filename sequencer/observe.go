@@ -36,21 +36,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	}
 	o := NewObservation(r.now(), plan, f)
 	o.UpgradeImage, o.Compat = r.upgradeImage(plan), r.compat.namespace != ""
-	var rns v1beta1.RepoNodeList
-	if err := r.c.List(ctx, &rns); err != nil {
-		return o, fmt.Errorf("list repo nodes: %w", err)
-	}
-	o.RepoNodes = map[string]*v1beta1.RepoNodeStatus{}
-	for i := range rns.Items {
-		o.RepoNodes[rns.Items[i].Name] = &rns.Items[i].Status
-	}
 	switch plan.Status.Phase {
 	case v1beta1.PhaseInitializing:
 		if o.Version != nil {
 			var c *isorelease.Contents
 			c, o.EarlyReleaseErr = r.early.read(ctx, r.http, o.Version.Spec.ISOURL)
 			if c != nil {
-				o.EarlyRelease, o.ISOSize = c.Release, c.Size
+				o.EarlyRelease, o.ISOSize, o.EarlyArchives = c.Release, c.Size, c.Archives
 			} else {
 				o.ISOSize = r.isoSize(ctx, o.Version.Spec.ISOURL)
 			}
@@ -58,6 +50,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		if o.DrainWarnings, err = r.drainWarnings(ctx); err != nil {
 			return o, err
 		}
+		o.Certificates, o.CertificatesNote = r.certs.read(ctx, f.Nodes)
 	case v1beta1.PhaseRepoCreating:
 		var slices discoveryv1.EndpointSliceList
 		if err := r.c.List(ctx, &slices, client.InNamespace(r.namespace),

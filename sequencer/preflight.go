@@ -2,6 +2,7 @@ package sequencer
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 
@@ -9,7 +10,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
-	"github.com/upgrade-repo/upgrade-repo/planview"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
@@ -72,17 +73,11 @@ func (d *decider) initialize() {
 	if !d.judgeEarly() || !d.judge(d.o.EarlyRelease) {
 		return
 	}
-	warnings, blocking := d.preflight()
-	if len(blocking) > 0 {
-		if !d.o.Plan.Spec.Force {
-			d.wait("PreflightCheckFailed", strings.Join(blocking, "; ")+" (spec.force goes on anyway)", 0, true)
-			return
-		}
-		for _, b := range blocking {
-			warnings = append(warnings, "forced: "+b)
-		}
-	}
+	warnings := d.preflight()
 	d.st.Warnings = warnings
+	if j := d.out.Judgement; j != nil {
+		d.st.DiskForecast = diskRecord(j.Disk)
+	}
 	for _, w := range warnings {
 		d.out.Events = append(d.out.Events, Event{Warning: true, Reason: "PreflightWarning", Message: w})
 	}
@@ -117,39 +112,33 @@ func validateVersion(v *v1beta1.Version) string {
 	return "Version " + v.Name + ": " + strings.Join(bad, "; ")
 }
 
-// preflight runs the checks that need the agents' reports, before anything is downloaded:
-// free space in every node's cache for the ISO (blocking) and for the images besides
-// (warning), and what will make a drain wait (warnings).
-func (d *decider) preflight() (warnings, blocking []string) {
-	want := d.o.Version.Spec.ISOChecksum
-	size := d.o.ISOSize
-	if size <= 0 {
+// preflight names what the pre-flight could not check or found that will make a drain wait or
+// cost availability: warnings, which do not stop the plan. What does not fit on a node's disk is
+// a policy (Judge, NodeDiskSpace), decided before this.
+func (d *decider) preflight() (warnings []string) {
+	if d.o.ISOSize <= 0 {
 		warnings = append(warnings, "the ISO's size is unknown (its origin did not announce it): free space was not checked")
 	}
 	for _, n := range orderedNames(d.o.Nodes) {
-		rn := d.o.RepoNodes[n]
-		switch {
-		case rn == nil:
+		if d.o.RepoNodes[n] == nil {
 			warnings = append(warnings, fmt.Sprintf("node %s: no report from its agent yet, its free space was not checked", n))
-			continue
-		case rn.Cache.TotalBytes <= 0 || size <= 0:
-			continue
-		}
-		var need int64
-		if !checksum.Same(rn.ISO.Checksum, want) || rn.ISO.State != v1beta1.ISOReady {
-			need = size
-		}
-		where := rn.Cache.Path
-		if where == "" {
-			where = "the node cache"
-		}
-		switch {
-		case rn.Cache.FreeBytes < need:
-			blocking = append(blocking, fmt.Sprintf("node %s: %s free in %s, the ISO needs %s", n, planview.Bytes(rn.Cache.FreeBytes), where, planview.Bytes(need)))
-		case rn.Cache.FreeBytes < need+size:
-			warnings = append(warnings, fmt.Sprintf("node %s: %s free in %s: room for the ISO (%s) but perhaps not for the release's images besides", n,
-				planview.Bytes(rn.Cache.FreeBytes), where, planview.Bytes(size)))
 		}
 	}
-	return append(warnings, d.o.DrainWarnings...), blocking
+	return append(warnings, d.o.DrainWarnings...)
+}
+
+// diskRecord is the status's record of the judgement's disk forecast.
+func diskRecord(disk []forecast.NodeDisk) []v1beta1.NodeDiskForecast {
+	var out []v1beta1.NodeDiskForecast
+	for _, d := range disk {
+		f := v1beta1.NodeDiskForecast{Node: d.Node, ISOBytes: d.ISOBytes, ImagesStoredBytes: d.ImagesStoredBytes,
+			ImagesUnpackedBytes: d.ImagesUnpackedBytes, ImagesMissing: int32(d.ImagesMissing), Estimated: d.Estimated}
+		for _, u := range d.Filesystems {
+			f.Filesystems = append(f.Filesystems, v1beta1.FilesystemForecast{Path: u.Path, What: u.What, FreeBytes: u.FreeBytes,
+				TotalBytes: u.TotalBytes, AddedBytes: u.AddedBytes, UsedPercentAfter: int32(math.Round(u.UsedPercentAfter)),
+				ImageGCHighPercent: int32(u.ImageGCHighPercent)})
+		}
+		out = append(out, f)
+	}
+	return out
 }

@@ -98,6 +98,7 @@ type Reconciler struct {
 	sucNamespace string
 	http         *http.Client
 	early        earlyReads
+	certs        certReads
 	cfg          Config
 	now          func() time.Time
 	keepPods     labels.Selector
@@ -158,6 +159,14 @@ func WithJobServiceAccount(name string) Option { return func(r *Reconciler) { r.
 // (activeDeadlineSeconds); 0 sets no deadline. DefaultJobTimeout by default.
 func WithJobTimeout(d time.Duration) Option { return func(r *Reconciler) { r.jobTimeout = d } }
 
+// DefaultAPIServerPort is the port the control planes' API servers listen on (kubeadm's and
+// RKE2's).
+const DefaultAPIServerPort = 6443
+
+// WithAPIServerPort sets the port on the control-plane nodes whose serving certificate the
+// pre-flight reads (DefaultAPIServerPort by default); 0 reads none.
+func WithAPIServerPort(port int) Option { return func(r *Reconciler) { r.certs.port = port } }
+
 // WithEventRecorder sets where events go; nowhere by default.
 func WithEventRecorder(e EventRecorder) Option { return func(r *Reconciler) { r.events = e } }
 
@@ -170,7 +179,7 @@ func NewReconciler(c client.Client, log *slog.Logger, opts ...Option) (*Reconcil
 	r := &Reconciler{
 		c: c, log: log, namespace: "upgrade-repo", service: "upgrade-repo", sucNamespace: "cattle-system",
 		http: &http.Client{Timeout: 30 * time.Second}, cfg: DefaultConfig, now: time.Now,
-		keepPods: labels.Nothing(), jobTimeout: DefaultJobTimeout,
+		keepPods: labels.Nothing(), jobTimeout: DefaultJobTimeout, certs: certReads{port: DefaultAPIServerPort},
 	}
 	for _, o := range opts {
 		o(r)

@@ -163,6 +163,30 @@ type RepoNodeCache struct {
 	// TotalBytes is the size of that file system.
 	// +optional
 	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// FilesystemID tells file systems apart (the device number statfs reports the directory
+	// on): two directories with the same ID share their free space.
+	// +optional
+	FilesystemID string `json:"filesystemID,omitempty"`
+}
+
+// RepoNodeImageGC is the kubelet's image garbage collection on the node, as its configuration
+// file sets it.
+type RepoNodeImageGC struct {
+	// HighThresholdPercent is the disk use, in percent of the image file system, past which the
+	// kubelet removes images (imageGCHighThresholdPercent; 85 when unset).
+	// +optional
+	HighThresholdPercent int32 `json:"highThresholdPercent,omitempty"`
+	// LowThresholdPercent is the use it removes images down to (imageGCLowThresholdPercent; 80
+	// when unset).
+	// +optional
+	LowThresholdPercent int32 `json:"lowThresholdPercent,omitempty"`
+	// Source is the file the thresholds were read from; empty when the kubelet's defaults are
+	// assumed because it could not be read.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Message says why the file could not be read; empty when it was.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // RepoNodeStatus is a node agent's report. The agent of the node is its only writer.
@@ -179,6 +203,15 @@ type RepoNodeStatus struct {
 	// Cache is the node cache's file system, for the pre-flight space check.
 	// +optional
 	Cache RepoNodeCache `json:"cache,omitempty"`
+	// Containerd is the file system of containerd's root directory, where the release's image
+	// content and unpacked snapshots land, for the pre-flight space check; nil when the agent
+	// cannot see it.
+	// +optional
+	Containerd *RepoNodeCache `json:"containerd,omitempty"`
+	// ImageGC is the kubelet's image garbage collection thresholds on the node, for the
+	// pre-flight space check; nil until the agent read them.
+	// +optional
+	ImageGC *RepoNodeImageGC `json:"imageGC,omitempty"`
 	// Step is what the node's upgrade step last reported through the agent (POST /v1/step);
 	// nil until a step reports.
 	// +optional

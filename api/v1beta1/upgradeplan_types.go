@@ -299,6 +299,11 @@ type NodeUpgradeStatus struct {
 	// StateTime is when the node entered State.
 	// +optional
 	StateTime *metav1.Time `json:"stateTime,omitempty"`
+	// UpgradeStartTime is when the plan cordoned the node to upgrade it; with StateTime once
+	// the node is Upgraded, it is how long the node's upgrade took, which later plans' time
+	// estimates rest on.
+	// +optional
+	UpgradeStartTime *metav1.Time `json:"upgradeStartTime,omitempty"`
 	// KubeletVersionBefore is the kubelet version the node reported when the plan started.
 	// +optional
 	KubeletVersionBefore string `json:"kubeletVersionBefore,omitempty"`
@@ -418,6 +423,63 @@ type UpgradePlanStatus struct {
 	// Soak is the record of the soak after the plan Succeeded; unset when there is none.
 	// +optional
 	Soak *SoakStatus `json:"soak,omitempty"`
+	// DiskForecast is, for every node of the plan, what the pre-flight predicted the plan adds
+	// to its disk, against the free space the node reported; unset when the plan started
+	// without the figures (an ISO whose archives could not be read before the download).
+	// +optional
+	// +listType=atomic
+	DiskForecast []NodeDiskForecast `json:"diskForecast,omitempty"`
+}
+
+// NodeDiskForecast is what the pre-flight predicted the plan adds to one node's disk.
+type NodeDiskForecast struct {
+	// Node is the node's name.
+	Node string `json:"node"`
+	// ISOBytes is what the ISO adds to the node cache (0 when the node held it).
+	// +optional
+	ISOBytes int64 `json:"isoBytes,omitempty"`
+	// ImagesStoredBytes is what the release's images the node lacked add to containerd's
+	// content store.
+	// +optional
+	ImagesStoredBytes int64 `json:"imagesStoredBytes,omitempty"`
+	// ImagesUnpackedBytes is what their unpacked snapshots add besides.
+	// +optional
+	ImagesUnpackedBytes int64 `json:"imagesUnpackedBytes,omitempty"`
+	// ImagesMissing is how many of the release's images the node lacked.
+	// +optional
+	ImagesMissing int32 `json:"imagesMissing,omitempty"`
+	// Estimated is true when an archive did not say its unpacked size and it was assumed.
+	// +optional
+	Estimated bool `json:"estimated,omitempty"`
+	// Filesystems are the file systems the bytes land on, as the node reported them.
+	// +optional
+	// +listType=atomic
+	Filesystems []FilesystemForecast `json:"filesystems,omitempty"`
+}
+
+// FilesystemForecast is one file system of a node before and after the plan's bytes.
+type FilesystemForecast struct {
+	// Path is where the node measured it.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// What names what lands on it: ISO, images, or ISO and images.
+	What string `json:"what"`
+	// FreeBytes and TotalBytes are its free space and size when the plan started.
+	// +optional
+	FreeBytes int64 `json:"freeBytes,omitempty"`
+	// TotalBytes is its size.
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// AddedBytes is what the plan adds to it.
+	// +optional
+	AddedBytes int64 `json:"addedBytes,omitempty"`
+	// UsedPercentAfter is its predicted use once the bytes landed, in whole percent.
+	// +optional
+	UsedPercentAfter int32 `json:"usedPercentAfter,omitempty"`
+	// ImageGCHighPercent is the kubelet's image GC threshold that applies to it; 0 when it
+	// holds no images.
+	// +optional
+	ImageGCHighPercent int32 `json:"imageGCHighPercent,omitempty"`
 }
 
 // UpgradePlan asks for the cluster to be upgraded to a Version; its status records the

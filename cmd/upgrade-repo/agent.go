@@ -69,6 +69,8 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&c.ISOChecksum, "iso-checksum", "", "the ISO's checksum, sha512:HEX (required with --iso-url)")
 	fset.StringVar(&c.ISOFile, "iso", "", "a release ISO already on this node")
 	fset.StringVar(&c.sock, "containerd-sock", "", "containerd's socket; when set, the release's images are preloaded")
+	fset.StringVar(&c.ContainerdDir, "containerd-dir", "", "a directory on the file system of containerd's root (its content directory), whose free space the node report carries for the pre-flight's disk forecast")
+	fset.StringVar(&c.KubeletConfig, "kubelet-config", "", "the kubelet's configuration file (mounted read-only), read for its image garbage collection thresholds")
 	fset.BoolVar(&c.unpack, "unpack", true, "also unpack the preloaded images into --snapshotter, so that their first container starts without unpacking")
 	fset.StringVar(&c.snapshotter, "snapshotter", containerd.DefaultSnapshotter, "the CRI plugin's snapshotter, which --unpack unpacks into")
 	fset.BoolVar(&c.onePass, "one-pass", true, "with --unpack and direct ingest, extract each layer while its blob is written when containerd's snapshotter directory is reachable (else containerd unpacks after each archive)")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -86,6 +88,8 @@ type planReport struct {
 	Notes        []string `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
+	// Disk is each node's disk forecast, when a cluster was asked and the ISO's size is known.
+	Disk []forecast.NodeDisk `json:"disk,omitempty"`
 }
 
 // runPlan shows whether upgrading to a release is allowed and what it would change. It returns
@@ -250,6 +254,15 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 			facts.KubernetesVersion = f.KubernetesVersion
 		}
 		facts.Nodes = sequencer.NodeInfos(f.Nodes)
+		facts.RepoNodes, facts.UndrainableBudgets = f.RepoNodes, f.UndrainableBudgets
+		if f.Version != nil {
+			facts.ISOChecksum = f.Version.Spec.ISOChecksum
+		}
+		facts.Now = time.Now()
+		facts.Certificates, facts.CertificatesNote = sequencer.ServingCertificates(ctx, f.Nodes, sequencer.DefaultAPIServerPort)
+	}
+	if targetISO != nil {
+		facts.ISOSize, facts.Archives = targetISO.Size, targetISO.Archives
 	}
 	facts.Installed.Release = currentRel
 	j := sequencer.Judge(p, facts)
@@ -262,12 +275,13 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	rep.CurrentKubernetes, rep.TargetKubernetes = in.KubernetesCurrent, in.KubernetesTarget
 	for _, ch := range res.Checks {
 		pc := planCheck{Check: ch, Result: checkResult(ch)}
-		if c == nil && (ch.Name == policy.CheckVersionExists || ch.Name == policy.CheckNoPlanInFlight || ch.Name == policy.CheckNodesReady) {
+		if c == nil && slices.Contains(clusterChecks, ch.Name) {
 			pc.Result = "skip"
 			pc.Message = "not checked without a cluster (--current and --release only)"
 		}
 		rep.Checks = append(rep.Checks, pc)
 	}
+	rep.Disk = j.Disk
 	rep.Components = planComponents(in.Current, currentRel, in.Target, target)
 	if targetISO != nil {
 		rep.Images = planImages(targetISO, currentISO)
@@ -281,6 +295,10 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	}
 	return rep, nil
 }
+
+// clusterChecks are the checks that only a cluster answers: plan without one skips them.
+var clusterChecks = []string{policy.CheckVersionExists, policy.CheckNoPlanInFlight, policy.CheckNodesReady,
+	policy.CheckNodeDiskSpace, policy.CheckNodesSchedulable, policy.CheckDrainable, policy.CheckCertificateExpiry}
 
 // checkResult is how plan shows a check's outcome: pass, warn (failed, forced) or fail.
 func checkResult(ch policy.Check) string {

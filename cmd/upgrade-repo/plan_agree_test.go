@@ -9,11 +9,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -70,13 +72,35 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		}
 	}
 	with := func(objs []client.Object, more ...client.Object) []client.Object { return append(objs, more...) }
+	cordoned := func(objs []client.Object, name string) []client.Object {
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok && n.Name == name {
+				n.Spec.Unschedulable = true
+			}
+		}
+		return objs
+	}
+	repoNode := func(name string, free int64) *v1beta1.RepoNode {
+		return &v1beta1.RepoNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1beta1.RepoNodeStatus{
+			Cache:      v1beta1.RepoNodeCache{Path: "/var/lib/upgrade-repo", FreeBytes: free, TotalBytes: 100 << 30, FilesystemID: "1"},
+			Containerd: &v1beta1.RepoNodeCache{Path: "/var/lib/containerd", FreeBytes: free, TotalBytes: 100 << 30, FilesystemID: "1"},
+		}}
+	}
+	undrainable := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "pg"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ExpectedPods: 1, DesiredHealthy: 1, CurrentHealthy: 1}}
+	pgPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg-0", Labels: map[string]string{"app": "pg"}},
+		Spec: corev1.PodSpec{NodeName: "w-1"}}
 
 	tests := []struct {
 		name string
 		objs []client.Object
 		// known is whether the target release is known: --release for the command, the
 		// release read from the ISO's URL for the sequencer.
-		known   bool
+		known bool
+		// iso is whether the target release is read from its ISO (its size and archives known,
+		// for the disk forecast), as the sequencer reads it from the ISO's URL.
+		iso     bool
 		force   bool
 		options *v1beta1.NodeUpgradeOption
 		allowed bool
@@ -97,6 +121,14 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		{name: "another plan in flight", objs: with(cluster(true, kubelet), installed("v1.5.2"), version, older), known: true},
 		{name: "kubelets too old", objs: with(cluster(true, "v1.30.1+rke2r1"), installed("v1.5.2"), version), known: true},
 		{name: "no kubelet version: the installed release's", objs: with(cluster(true, ""), installed("v1.5.2"), version), known: true, allowed: true},
+		{name: "a node cordoned by someone else", objs: with(cordoned(cluster(true, kubelet), "w-3"), installed("v1.5.2"), version), known: true},
+		{name: "a node cordoned by someone else, forced", objs: with(cordoned(cluster(true, kubelet), "w-3"), installed("v1.5.2"), version), known: true,
+			force: true, allowed: true},
+		{name: "a budget no drain meets", objs: with(cluster(true, kubelet), installed("v1.5.2"), version, undrainable, pgPod), known: true},
+		{name: "room on every node that reports", objs: with(cluster(true, kubelet), installed("v1.5.2"), version,
+			repoNode("cp-a", 50<<30), repoNode("w-1", 50<<30)), known: true, iso: true, allowed: true},
+		{name: "a node without room for the release", objs: with(cluster(true, kubelet), installed("v1.5.2"), version,
+			repoNode("cp-a", 50<<30), repoNode("w-1", 2<<20)), known: true, iso: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +144,13 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			if tt.known {
 				o.release = targetFile
 			}
+			var contents *isorelease.Contents
+			if tt.iso {
+				o.release = planISO(t, planTargetYAML, "docker.io/rancher/harvester:v1.6.0\n", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1\n")
+				var ierr error
+				contents, ierr = isorelease.Open(t.Context(), http.DefaultClient, o.release)
+				require.NoError(t, ierr)
+			}
 			rep, err := makePlan(t.Context(), o, c, http.DefaultClient)
 			require.NoError(t, err)
 
@@ -125,6 +164,11 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			if tt.known {
 				obs.EarlyRelease = target
 			}
+			if contents != nil {
+				obs.EarlyRelease, obs.ISOSize, obs.EarlyArchives = contents.Release, contents.Size, contents.Archives
+			}
+			// As the Reconciler reads them in Initializing.
+			obs.Certificates, obs.CertificatesNote = sequencer.ServingCertificates(t.Context(), f.Nodes, sequencer.DefaultAPIServerPort)
 			d := sequencer.Decide(sequencer.DefaultConfig, obs)
 			require.NotNil(t, d.Judgement, "Decide judged the plan in Initializing")
 			j := d.Judgement
@@ -136,6 +180,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			require.Equal(t, rep.OtherNodes, j.OtherNodes, "the same order of the other nodes")
 			require.Equal(t, rep.Current, j.Input.Current)
 			require.Equal(t, rep.CurrentKubernetes, j.Input.KubernetesCurrent)
+			require.Equal(t, rep.Disk, j.Disk, "the same disk forecast")
+			if tt.iso {
+				require.Len(t, j.Disk, 2, "a forecast for each node that reports its file systems")
+			}
 
 			// The sequencer acts on that judgement: it goes on when allowed, over the nodes in
 			// that order, and otherwise says why.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/release"
@@ -85,6 +86,10 @@ func printUpgradePlan(w io.Writer, rep *planReport) error {
 	if rep.Images != nil {
 		fmt.Fprintln(w)
 		printImages(w, rep.Images)
+	}
+	if len(rep.Disk) > 0 {
+		fmt.Fprintln(w)
+		printDisk(w, rep.Disk)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Phases that would run:")
@@ -215,5 +220,36 @@ func printImages(w io.Writer, im *planImageReport) {
 	}
 	for _, ref := range im.Removed {
 		fmt.Fprintf(w, "  - %s\n", ref)
+	}
+}
+
+// printDisk writes each node's disk forecast: what the plan adds, on which file system, and its
+// use after, against the kubelet's image GC threshold where images land.
+func printDisk(w io.Writer, disk []forecast.NodeDisk) {
+	fmt.Fprintln(w, "Disk, predicted per node (ISO; the release's images it lacks, stored and unpacked):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDS\tFILE SYSTEM\tFREE\tUSED AFTER\tGC AT\tRESULT")
+	estimated := false
+	for _, d := range disk {
+		estimated = estimated || d.Estimated
+		if len(d.Filesystems) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t(not reported)\t\t\t\t\n", d.Node, planview.Bytes(d.AddedBytes()))
+			continue
+		}
+		for _, u := range d.Filesystems {
+			gc, result := "-", "fits"
+			if u.ImageGCHighPercent > 0 {
+				gc = fmt.Sprintf("%d%%", u.ImageGCHighPercent)
+			}
+			if u.Problem() != "" {
+				result = "does not fit"
+			}
+			fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%.0f%%\t%s\t%s\n", d.Node, planview.Bytes(u.AddedBytes), u.What, u.Path,
+				planview.Bytes(u.FreeBytes), u.UsedPercentAfter, gc, result)
+		}
+	}
+	_ = tw.Flush()
+	if estimated {
+		fmt.Fprintf(w, "(an archive does not say its unpacked size: %.0f times its compressed size is assumed)\n", forecast.UnpackedRatio)
 	}
 }

@@ -151,7 +151,7 @@ func TestPlanOffline(t *testing.T) {
 			var rep planReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Equal(t, tt.allowed, rep.Allowed)
-			require.Len(t, rep.Checks, 11)
+			require.Len(t, rep.Checks, 15)
 			got := map[string]string{}
 			for _, c := range rep.Checks {
 				got[c.Name] = c.Result

@@ -188,12 +188,14 @@ func (sp *statusPrinter) show(ctx context.Context, plan *v1beta1.UpgradePlan) er
 	return sp.writeLines(plan.Name, v)
 }
 
-// view is plan's view: its nodes, the command that releases a held plan, the installed version.
+// view is plan's view: its nodes, the command that releases a held plan, the time estimate,
+// the installed version.
 func (sp *statusPrinter) view(ctx context.Context, plan *v1beta1.UpgradePlan) *planview.Plan {
 	v := planview.New(plan, upgradeNodes(ctx, sp.a, sp.c, plan, &sp.nodesWarned), sp.now())
 	if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
 		v.Held.Command += " --all"
 	}
+	v.Estimate = planEstimate(ctx, sp.c, plan, sp.now())
 	if in, err := sequencer.ReadInstalled(ctx, sp.c, sp.o.namespace); err == nil {
 		v.Installed = in.Version
 	} else if !sp.installedWarned {
@@ -334,4 +336,39 @@ func writeYAML(w io.Writer, v *planview.Plan) error {
 		return fmt.Errorf("write plan %s: %w", v.Name, err)
 	}
 	return nil
+}
+
+// planEstimate is when plan is expected to end (sequencer.EstimateTime), from the cluster's
+// earlier plans, its nodes and the agents' reports; nil for a plan that finished or when they
+// cannot be read.
+func planEstimate(ctx context.Context, c client.Reader, plan *v1beta1.UpgradePlan, now time.Time) *planview.Estimate {
+	if plan.Status.Phase.Finished() {
+		return nil
+	}
+	var plans v1beta1.UpgradePlanList
+	var nodes corev1.NodeList
+	var rns v1beta1.RepoNodeList
+	if c.List(ctx, &plans) != nil || c.List(ctx, &nodes) != nil {
+		return nil
+	}
+	reports := map[string]*v1beta1.RepoNodeStatus{}
+	if c.List(ctx, &rns) == nil {
+		for i := range rns.Items {
+			reports[rns.Items[i].Name] = &rns.Items[i].Status
+		}
+	}
+	est := sequencer.EstimateTime(plan, plans.Items, sequencer.NodeInfos(nodes.Items), reports, now)
+	if est == nil {
+		return nil
+	}
+	secs := func(d time.Duration) int64 { return int64(d.Round(time.Second) / time.Second) }
+	e := &planview.Estimate{RemainingSeconds: secs(est.Remaining), EndTime: now.Add(est.Remaining).Round(time.Second),
+		First: est.First, Partial: est.Partial, Phases: []planview.PhaseEstimate{}, Nodes: []planview.NodeEstimate{}}
+	for _, ph := range est.Phases {
+		e.Phases = append(e.Phases, planview.PhaseEstimate{Phase: ph.Phase, RemainingSeconds: secs(ph.Remaining), Basis: string(ph.Basis), Samples: ph.Samples})
+	}
+	for _, n := range est.Nodes {
+		e.Nodes = append(e.Nodes, planview.NodeEstimate{Node: n.Node, RemainingSeconds: secs(n.Remaining)})
+	}
+	return e
 }

@@ -129,11 +129,22 @@ func TestUpgradeStatus(t *testing.T) {
 func TestUpgradeStatusText(t *testing.T) {
 	t.Parallel()
 	a, stdout, _ := upgradeTestApp()
-	c := upgradeTestClient(t, upgradeTestPlan("p", 0, v1beta1.PhaseNodeUpgrading))
+	// An earlier plan took 20m to upgrade two nodes (10m each) and 2m to clean up.
+	earlier := upgradeTestPlan("earlier", -48*time.Hour, v1beta1.PhaseSucceeded)
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(upgradeT0.Add(-48*time.Hour + d)) }
+	atp := func(d time.Duration) *metav1.Time { m := at(d); return &m }
+	earlier.Status.PhaseTransitionTimestamps = []v1beta1.PhaseTransitionTimestamp{{Phase: v1beta1.PhaseNodeUpgrading, PhaseTransitionTimestamp: at(0)},
+		{Phase: v1beta1.PhaseCleaningUp, PhaseTransitionTimestamp: at(20 * time.Minute)}, {Phase: v1beta1.PhaseSucceeded, PhaseTransitionTimestamp: at(22 * time.Minute)}}
+	earlier.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+		"cp-a": {State: v1beta1.NodeUpgraded, UpgradeStartTime: atp(0), StateTime: atp(10 * time.Minute)},
+		"cp-b": {State: v1beta1.NodeUpgraded, UpgradeStartTime: atp(10 * time.Minute), StateTime: atp(20 * time.Minute)}}
+	c := upgradeTestClient(t, upgradeTestPlan("p", 0, v1beta1.PhaseNodeUpgrading), earlier)
 	require.NoError(t, upgradeStatus(t.Context(), a, c, upgradeStatusOptions{plan: "p", output: "text"}, upgradeClock))
+	// cp-b's upgrade (10m as before), then cleaning up (2m).
 	want := `Plan:      p
 Version:   unknown -> v1.6.0
 Phase:     NodeUpgrading for 60m, 60m since the plan started
+Ends:      in about 12m0s, near 11:12 UTC (from history)
 
 NODE        STATE                 SINCE   KUBELET   TARGET   PRELOAD   MESSAGE
 cp-a        Pending               -       v1.32.7   -        -

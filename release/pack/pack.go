@@ -366,10 +366,17 @@ func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*sy
 	}
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	zw, err := zstd.NewWriter(bw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	// The tar's size first (one pass that writes it nowhere), so that the zstd frame says it, as
+	// zstd does for a file: a plan reads it from the frame's header to forecast each node's disk.
+	var tarSize countWriter
+	if err := tarball.MultiRefWrite(refs, &tarSize); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
+	zw.ResetContentSize(bw, int64(tarSize))
 	if err := tarball.MultiRefWrite(refs, zw); err != nil {
 		zw.Close()
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -567,4 +574,12 @@ func MakeISO(ctx context.Context, tree, out, volumeID string) error {
 		return fmt.Errorf("make iso %s: %w", out, err)
 	}
 	return nil
+}
+
+// countWriter counts the bytes written to it and keeps none.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }

@@ -412,3 +412,27 @@ func TestBuildISO(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the temporary tree is removed")
 }
+
+// Each archive's zstd frame says the size of its tar, as zstd does for a file, so that a plan
+// forecasts a node's disk from a few bytes of the ISO.
+func TestBuildTreeArchivesSayTheirSize(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res, err := BuildTree(t.Context(), Demo("v1.5.2", 3, 64<<10, 100<<10), dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Archives)
+	for _, a := range res.Archives {
+		f, err := os.Open(filepath.Join(dir, a.Archive))
+		require.NoError(t, err)
+		head := make([]byte, zstd.HeaderMaxSize)
+		_, err = io.ReadFull(f, head)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		var h zstd.Header
+		require.NoError(t, h.Decode(head))
+		require.True(t, h.HasFCS, "archive %s: the frame says its size", a.Archive)
+		st, err := os.Stat(decompress(t, dir, a.Archive))
+		require.NoError(t, err)
+		require.Equal(t, uint64(st.Size()), h.FrameContentSize, "archive %s", a.Archive)
+	}
+}

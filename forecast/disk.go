@@ -1,0 +1,233 @@
+package forecast
+
+import (
+	"fmt"
+)
+
+// The kubelet's image garbage collection thresholds when its configuration sets none
+// (imageGCHighThresholdPercent and imageGCLowThresholdPercent).
+const (
+	DefaultImageGCHighPercent = 85
+	DefaultImageGCLowPercent  = 80
+)
+
+// UnpackedRatio is how many bytes an image archive's tar holds for each byte of its zstd
+// compression, assumed when the archive's frame header does not say (a stream compressed from
+// a pipe). Image layers compress about 2 to 3 times; the lower figure keeps the forecast from
+// promising room that is not there only when the archive says nothing.
+const UnpackedRatio = 2.0
+
+// Filesystem is a node's file system as its agent measured it (statfs).
+type Filesystem struct {
+	// ID tells file systems apart: two paths with the same ID share their space. Empty makes
+	// the file system distinct from every other.
+	ID string
+	// Path is where the agent measured it, for the message.
+	Path string
+	// FreeBytes is the space left to an unprivileged writer; TotalBytes the file system's size.
+	FreeBytes, TotalBytes int64
+}
+
+// Known reports whether the file system was measured.
+func (f Filesystem) Known() bool { return f.TotalBytes > 0 }
+
+// Archive is one image archive of the release.
+type Archive struct {
+	// Name names it in messages.
+	Name string
+	// Images are the references its image list names.
+	Images []string
+	// CompressedBytes is the archive's size in the ISO.
+	CompressedBytes int64
+	// TarBytes is the size of its tar once decompressed, as its zstd frame header says; 0 when
+	// it does not say, and CompressedBytes × UnpackedRatio is assumed.
+	TarBytes int64
+}
+
+// Release is what the plan brings to every node.
+type Release struct {
+	// ISOBytes is the ISO's size; 0 when unknown.
+	ISOBytes int64
+	// Archives are its image archives.
+	Archives []Archive
+}
+
+// Node is what a disk forecast knows of one node.
+type Node struct {
+	// Name is the node's name.
+	Name string
+	// Cache is the file system of the agent's ISO cache; Containerd that of containerd's root
+	// (where the image content and the unpacked snapshots land).
+	Cache, Containerd Filesystem
+	// HoldsISO is true when the node's cache already holds the verified ISO.
+	HoldsISO bool
+	// Held reports whether the node's containerd holds an image of the release already; nil
+	// holds none.
+	Held func(ref string) bool
+	// ImageGCHighPercent and ImageGCLowPercent are the kubelet's image garbage collection
+	// thresholds; 0 takes the kubelet's defaults.
+	ImageGCHighPercent, ImageGCLowPercent int
+	// CleanupBytes is what the cleanup of the previous release frees on the node once the
+	// plan ends; 0 when unknown.
+	CleanupBytes int64
+}
+
+// FilesystemUse is one file system of a node before and after the plan's bytes land on it.
+type FilesystemUse struct {
+	Filesystem
+	// What names what lands on it ("ISO", "images", "ISO and images").
+	What string
+	// AddedBytes is what the plan writes to it.
+	AddedBytes int64
+	// UsedPercentAfter is its use, in percent, once they are written.
+	UsedPercentAfter float64
+	// ImageGCHighPercent is the kubelet's threshold that applies to it; 0 when the file system
+	// holds no images.
+	ImageGCHighPercent int
+}
+
+// Problem says why the bytes do not fit, or returns "".
+func (u FilesystemUse) Problem() string {
+	switch {
+	case u.AddedBytes > u.FreeBytes:
+		return fmt.Sprintf("%s needs %s in %s, %s free", u.What, human(u.AddedBytes), u.where(), human(u.FreeBytes))
+	// A file system the plan adds nothing to is not the plan's to judge.
+	case u.AddedBytes > 0 && u.ImageGCHighPercent > 0 && u.UsedPercentAfter >= float64(u.ImageGCHighPercent):
+		return fmt.Sprintf("%s (%s) would fill %s to %.1f%%, past the kubelet's image GC threshold of %d%% (%s free of %s)", u.What,
+			human(u.AddedBytes), u.where(), u.UsedPercentAfter, u.ImageGCHighPercent, human(u.FreeBytes), human(u.TotalBytes))
+	}
+	return ""
+}
+
+func (u FilesystemUse) where() string {
+	if u.Path == "" {
+		return "its file system"
+	}
+	return u.Path
+}
+
+// NodeDisk is the forecast of one node's disk.
+type NodeDisk struct {
+	// Node is the node's name.
+	Node string `json:"node"`
+	// ISOBytes is what the ISO adds to the cache (0 when the node holds it).
+	ISOBytes int64 `json:"isoBytes"`
+	// ImagesStoredBytes is what the release's images the node lacks add to containerd's
+	// content store; ImagesUnpackedBytes what their unpacked snapshots add besides.
+	ImagesStoredBytes   int64 `json:"imagesStoredBytes"`
+	ImagesUnpackedBytes int64 `json:"imagesUnpackedBytes"`
+	// ImagesMissing and ImagesTotal count the release's images the node lacks, of all.
+	ImagesMissing int `json:"imagesMissing"`
+	ImagesTotal   int `json:"imagesTotal"`
+	// CleanupBytes is what the cleanup of the previous release frees once the plan ends.
+	CleanupBytes int64 `json:"cleanupBytes,omitempty"`
+	// Estimated is true when an archive's unpacked size was assumed (UnpackedRatio).
+	Estimated bool `json:"estimated,omitempty"`
+	// Filesystems are the file systems the bytes land on; empty when the node reported none.
+	Filesystems []FilesystemUse `json:"filesystems,omitempty"`
+}
+
+// AddedBytes is everything the plan writes to the node.
+func (d NodeDisk) AddedBytes() int64 { return d.ISOBytes + d.ImagesStoredBytes + d.ImagesUnpackedBytes }
+
+// Problems say why the plan's bytes do not fit on the node; empty when they do.
+func (d NodeDisk) Problems() []string {
+	var out []string
+	for _, u := range d.Filesystems {
+		if p := u.Problem(); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Disk forecasts what the release r adds to node n's disk, file system by file system. The
+// images' bytes are counted twice, as containerd keeps them: the layer blobs of an archive (a
+// docker save tar, its layers uncompressed) in its content store, and the snapshots they unpack
+// to. An archive some of whose images the node holds adds its bytes in proportion to the images
+// it lacks. The cleanup of the previous release frees its bytes only after the plan, so it
+// never makes room for it.
+func Disk(r Release, n Node) NodeDisk {
+	d := NodeDisk{Node: n.Name, CleanupBytes: n.CleanupBytes}
+	if !n.HoldsISO {
+		d.ISOBytes = r.ISOBytes
+	}
+	seen := map[string]bool{}
+	for _, a := range r.Archives {
+		tar := a.TarBytes
+		if tar <= 0 {
+			tar = int64(float64(a.CompressedBytes) * UnpackedRatio)
+			d.Estimated = d.Estimated || a.CompressedBytes > 0
+		}
+		missing := 0
+		for _, ref := range a.Images {
+			held := n.Held != nil && n.Held(ref)
+			if !seen[ref] {
+				seen[ref] = true
+				d.ImagesTotal++
+				if !held {
+					d.ImagesMissing++
+				}
+			}
+			if !held {
+				missing++
+			}
+		}
+		var add int64
+		switch {
+		case len(a.Images) == 0:
+			add = tar
+		default:
+			add = tar * int64(missing) / int64(len(a.Images))
+		}
+		d.ImagesStoredBytes += add
+		d.ImagesUnpackedBytes += add
+	}
+	d.Filesystems = uses(d, n)
+	return d
+}
+
+// uses places d's bytes on n's file systems: the ISO on the cache's, the images on
+// containerd's, both on one when they share it.
+func uses(d NodeDisk, n Node) []FilesystemUse {
+	high := n.ImageGCHighPercent
+	if high <= 0 {
+		high = DefaultImageGCHighPercent
+	}
+	images := d.ImagesStoredBytes + d.ImagesUnpackedBytes
+	var out []FilesystemUse
+	shared := n.Cache.Known() && n.Containerd.Known() && n.Cache.ID != "" && n.Cache.ID == n.Containerd.ID
+	switch {
+	case shared:
+		out = append(out, use(n.Containerd, "ISO and images", d.ISOBytes+images, high))
+	default:
+		if n.Cache.Known() {
+			out = append(out, use(n.Cache, "ISO", d.ISOBytes, 0))
+		}
+		if n.Containerd.Known() {
+			out = append(out, use(n.Containerd, "images", images, high))
+		}
+	}
+	return out
+}
+
+func use(f Filesystem, what string, added int64, high int) FilesystemUse {
+	u := FilesystemUse{Filesystem: f, What: what, AddedBytes: added, ImageGCHighPercent: high}
+	used := f.TotalBytes - f.FreeBytes + added
+	u.UsedPercentAfter = 100 * float64(used) / float64(f.TotalBytes)
+	return u
+}
+
+// human formats n bytes in binary units as the plan's other figures are (1.5 GiB).
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
