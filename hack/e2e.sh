@@ -380,7 +380,7 @@ if [ "$kubeadm_formation" = 1 ]; then
         bash hack/kubeadm-release.sh "$bad"
     fi
     export E2E_BAD_RELEASE_DIR=$bad E2E_BAD_RELEASE_CHECKSUM=sha512:$(sed -n 's/^sum=//p' "$bad/release.env") \
-      E2E_BAD_RELEASE_VERSION=$(sed -n 's/^release=//p' "$bad/release.env")
+      E2E_BAD_RELEASE_VERSION=$(sed -n 's/^release_version=//p' "$bad/release.env")
     log "built the release built to fail: $E2E_BAD_RELEASE_VERSION (kube-apiserver exits at once)"
   fi
 fi

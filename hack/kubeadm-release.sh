@@ -89,7 +89,7 @@ SPEC
 "$upgrade_repo" release pack --spec "$out/spec.yaml" --out "$out/release.iso" -o json > "$out/release.json.tmp"
 mv "$out/release.json.tmp" "$out/release.json"
 {
-  echo "release=$release_version"
+  echo "release_version=$release_version"
   echo "kubernetes=$version"
   echo "etcd=$etcd"
   echo "coredns=$coredns"
