@@ -449,7 +449,7 @@ retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$nam
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
   --set sequencer.tolerateControlPlane=true --set compat.enabled=true --set mirror.enabled=true \
-  --set log.level=debug >/dev/null
+  --set log.level=debug --set agent.kubeletConfig=/var/lib/kubelet/config.yaml >/dev/null
 log "chart installed as $release in $namespace"
 
 # 6. The tests. A node's upgrade step reboots it: in kind its container exits and docker restarts
