@@ -94,11 +94,25 @@ func TestKubeadmRollback(t *testing.T) {
 	require.Equal(t, from, tv.Status.Rollback.To)
 	operatorView(t, c, rollbackUpgradePlan, "soaking")
 
-	// The RepoNodes do not list the ISOs an agent keeps besides the one it works on: that the
-	// kept copy served the rollback is measured below, as no ISO byte moved while it ran.
+	// The RepoNodes do not list the ISOs an agent keeps besides the one it works on: each node's
+	// cache holds the kept copy, verified (a download in progress is NAME.partial), once the
+	// soak's keeping is done. This cluster was not installed from that ISO, so the agents get it
+	// now; on a cluster upgraded before, every node held it already. That the kept copy served
+	// the rollback is measured below, as no ISO byte moved while it ran.
 	eventually(t, 10*time.Minute, "every agent reports", func(ctx context.Context) error {
 		return agentsHaveRepoNodes(ctx, c)
 	})
+	kept := agentCacheDir + "/" + strings.ToLower(strings.TrimPrefix(prevSum, "sha512:")) + ".iso"
+	keptStart := time.Now()
+	eventually(t, 10*time.Minute, "every node keeps the previous release's ISO", func(ctx context.Context) error {
+		for _, n := range c.nodes {
+			if _, err := nodeCmd(ctx, n.Name, "test", "-f", kept); err != nil {
+				return fmt.Errorf("%s has no %s yet", n.Name, kept)
+			}
+		}
+		return nil
+	})
+	t.Logf("every node kept the previous release's ISO %s after the upgrade's end", time.Since(keptStart).Round(time.Second))
 
 	// The rollback, as an operator runs it.
 	backStart := time.Now()
@@ -244,7 +258,8 @@ func TestKubeadmBadRelease(t *testing.T) {
 	start := time.Now()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: badReleasePlan},
-		Spec:       apiv1beta1.UpgradePlanSpec{Version: version, Upgrade: &image, Mode: apiv1beta1.ModeAutomatic},
+		// The release built to fail is named as a pre-release of the target (vX.Y.Z-bad).
+		Spec: apiv1beta1.UpgradePlanSpec{Version: version, Upgrade: &image, Mode: apiv1beta1.ModeAutomatic, AllowPrerelease: true},
 	})
 	p := waitPlanEnd(t, c, badReleasePlan, nil)
 	took := time.Since(start)
