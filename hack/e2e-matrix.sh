@@ -13,12 +13,18 @@
 # image); hack/e2e.sh writes the containerd config patch that image's config version needs. With
 # E2E_IMAGE_GC=1 the full formation's TestPinsHoldAgainstImageGC runs (it skips where containerd
 # is older than 1.7.3, which ignores pins).
-# env: E2E_FORMATIONS ("single two three witness four kubeadm"), E2E_FULL_FORMATION (four), and those of
-#      hack/e2e.sh (KIND_NODE_IMAGE, E2E_IMAGE_GC, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
+# Formation kubeadm-rollback is formation kubeadm on patch versions of one minor, from
+# E2E_ROLLBACK_FROM_IMAGE (local/kind-node:v1.34.3) to the kubeadm release: TestKubeadmRollback
+# (upgrade with a soak, roll back from the kept ISO) and TestKubeadmBadRelease (a release whose API
+# server exits, stopped on its first node). The previous release is packed here from
+# E2E_ROLLBACK_WORK (~/.cache/kind-offline-1.34.3, WORK=... K8S_VERSION=1.34.3
+# ../shared/tools/kind-offline.sh up builds both); skipped with the reason when either is missing.
+# env: E2E_FORMATIONS ("single two three witness four kubeadm kubeadm-rollback"), E2E_FULL_FORMATION (four),
+#      and those of hack/e2e.sh (KIND_NODE_IMAGE, E2E_IMAGE_GC, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 artifacts=$PWD/e2e/_artifacts
-formations=${E2E_FORMATIONS:-single two three witness four kubeadm}
+formations=${E2E_FORMATIONS:-single two three witness four kubeadm kubeadm-rollback}
 full=${E2E_FULL_FORMATION:-four}
 start=$(date +%s)
 log() { echo "[e2e-matrix $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
@@ -39,10 +45,19 @@ if [ -n "${KIND_NODE_IMAGE:-}" ]; then
   ctr_version=$(docker run --rm --entrypoint containerd "$KIND_NODE_IMAGE" --version 2>/dev/null || echo "unknown containerd")
   log "node image $KIND_NODE_IMAGE: $ctr_version${E2E_IMAGE_GC:+, E2E_IMAGE_GC=$E2E_IMAGE_GC}"
 fi
+rollback_from_image=${E2E_ROLLBACK_FROM_IMAGE:-local/kind-node:v1.34.3}
+rollback_work=${E2E_ROLLBACK_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/kind-offline-1.34.3}
+case " $formations " in
+  *" kubeadm-rollback "*)
+    if ! docker image inspect "$rollback_from_image" >/dev/null 2>&1 || [ ! -s "$rollback_work/required-images.txt" ]; then
+      log "formation kubeadm-rollback skipped: node image $rollback_from_image or $rollback_work is missing (WORK=$rollback_work K8S_VERSION=1.34.3 ../shared/tools/kind-offline.sh up builds both)"
+      formations=$(echo " $formations " | sed "s/ kubeadm-rollback / /")
+    fi ;;
+esac
 
 t0=$(date +%s)
 build_kubeadm=0
-case " $formations " in *" kubeadm "*|*" kubeadm-ha "*) build_kubeadm=1 ;; esac
+case " $formations " in *" kubeadm "*|*" kubeadm-ha "*|*" kubeadm-rollback "*) build_kubeadm=1 ;; esac
 E2E_BUILD_KUBEADM=$build_kubeadm bash hack/e2e.sh build
 build_s=$(( $(date +%s) - t0 ))
 log "images and release ISO built in ${build_s}s"
@@ -51,12 +66,20 @@ failed=()
 for f in $formations; do
   run=('^TestUpgrade$')
   [ "$f" = "$full" ] && run=('')
-  case $f in kubeadm|kubeadm-ha) run=('^TestKubeadmUpgrade$') ;; esac
+  case $f in kubeadm|kubeadm-ha) run=('^TestKubeadmUpgrade$') ;; kubeadm-rollback) run=('^(TestKubeadmRollback|TestKubeadmBadRelease)$') ;; esac
   log "formation $f: starting (${run[0]:-every test})"
   t0=$(date +%s)
   rc=0
-  E2E_FORMATION=$f E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} bash hack/e2e.sh run \
-    > "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+  if [ "$f" = kubeadm-rollback ]; then
+    prev=$artifacts/kubeadm-previous-release
+    UPGRADE_REPO=$artifacts/upgrade-repo K8S_WORK=$rollback_work bash hack/kubeadm-release.sh "$prev" > "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] && E2E_FORMATION=kubeadm E2E_KUBEADM_FROM_IMAGE=$rollback_from_image E2E_ROLLBACK=1 E2E_ROLLBACK_PREVIOUS_DIR=$prev \
+      E2E_ROLLBACK_PREVIOUS_CHECKSUM=sha512:$(sed -n 's/^sum=//p' "$prev/release.env") E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} \
+      bash hack/e2e.sh run >> "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+  else
+    E2E_FORMATION=$f E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} bash hack/e2e.sh run \
+      > "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+  fi
   secs=$(( $(date +%s) - t0 ))
   created=$(grep -o 'cluster created in [0-9]*s' "$artifacts/matrix-$f.log" | grep -o '[0-9]*' | tail -1 || true)
   result=passed
