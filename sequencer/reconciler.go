@@ -16,10 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -196,26 +194,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeIndex, PodNodeIndexer); err != nil {
 		return fmt.Errorf("index pods by node: %w", err)
 	}
-	allPlans := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var plans v1beta1.UpgradePlanList
-		if err := r.c.List(ctx, &plans); err != nil {
-			r.log.Error("list upgrade plans", "err", err)
-			return nil
-		}
-		var out []reconcile.Request
-		for _, p := range plans.Items {
-			if !p.Status.Phase.Finished() {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-			}
-		}
-		return out
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("upgradeplan").
 		For(&v1beta1.UpgradePlan{}).
 		Owns(&batchv1.Job{}).
-		Watches(&v1beta1.RepoNode{}, allPlans).
-		Watches(&corev1.Node{}, allPlans).
+		Watches(&v1beta1.RepoNode{}, r.planEvents(r.repoNodeEvents)).
+		Watches(&corev1.Node{}, r.planEvents(r.nodeEvents)).
+		Watches(&corev1.Pod{}, r.planEvents(r.podEvents)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up the upgradeplan controller: %w", err)
