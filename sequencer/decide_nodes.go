@@ -243,6 +243,11 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 			r.gated = append(r.gated, n)
 			// The next nodes of the group wait for this one.
 			busy = limit
+		case busy < limit && d.notJoinable(r, group, n) != "":
+			// Another node of the group may join the batch instead: look on.
+			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForBatch", "not with the nodes in flight: "+d.notJoinable(r, group, n)
+			})
 		case busy < limit:
 			d.act(ActionCordon, n)
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
@@ -258,6 +263,18 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 		}
 	}
 	return held
+}
+
+// notJoinable says why node n may not start beside the nodes of group in flight, or "" when it
+// may (Joinable).
+func (d *decider) notJoinable(r *nodeRound, group []string, n string) string {
+	var batch []NodeInfo
+	for _, g := range group {
+		if g != n && d.rule(g).inFlight {
+			batch = append(batch, r.info[g])
+		}
+	}
+	return Joinable(r.info[n], batch, d.o.Disruptions)
 }
 
 // pausedNodes names the nodes the plan's nodeUpgradeOption.pauseNodes holds.

@@ -33,6 +33,9 @@ type JudgeFacts struct {
 	KubernetesVersion string
 	// Release is the target release; nil when it has not been read yet.
 	Release *release.Release
+	// Disruptions are the cluster's PodDisruptionBudgets with pods to evict
+	// (GatherDisruptions), for the batches of workers upgraded together.
+	Disruptions []Disruption
 }
 
 // Judgement is how a plan was judged: the policies' input and outcome, and the order its nodes
@@ -45,6 +48,9 @@ type Judgement struct {
 	// ControlPlaneNodes and OtherNodes are the nodes the plan works on, in upgrade order
 	// (NodeOrder of PlanNodes).
 	ControlPlaneNodes, OtherNodes []string
+	// Batches are the other nodes in the batches they are upgraded in, with the plan's
+	// concurrency, when each node takes as long (WorkerBatches).
+	Batches [][]string
 }
 
 // Judge judges plan p on the facts f. It is pure. Only p's spec (version, force,
@@ -86,6 +92,7 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 	}
 	j := Judgement{Input: in, Result: policy.Evaluate(in)}
 	j.ControlPlaneNodes, j.OtherNodes = NodeOrder(nodes)
+	j.Batches = WorkerBatches(orderedInfos(nodes, j.OtherNodes), nodeConcurrency(p), f.Disruptions)
 	return j
 }
 
@@ -116,6 +123,19 @@ func NodeOrder(nodes []NodeInfo) (controlPlane, others []string) {
 	return controlPlane, others
 }
 
+// orderedInfos returns the nodes of nodes named by names, in the order of names.
+func orderedInfos(nodes []NodeInfo, names []string) []NodeInfo {
+	byName := make(map[string]NodeInfo, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	out := make([]NodeInfo, 0, len(names))
+	for _, name := range names {
+		out = append(out, byName[name])
+	}
+	return out
+}
+
 // orderedNames is NodeOrder's two groups as one list.
 func orderedNames(nodes []NodeInfo) []string {
 	cp, others := NodeOrder(nodes)
@@ -129,7 +149,7 @@ func NodeInfos(nodes []corev1.Node) []NodeInfo {
 		n := &nodes[i]
 		out = append(out, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
 			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion,
-			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n)})
+			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n), Zone: n.Labels[corev1.LabelTopologyZone]})
 	}
 	return out
 }
@@ -145,5 +165,5 @@ func NewObservation(now time.Time, plan *v1beta1.UpgradePlan, f Facts) Observati
 // judgeFacts are the facts of the observation that d's plan is judged on, with the release rel.
 func (d *decider) judgeFacts(rel *release.Release) JudgeFacts {
 	return JudgeFacts{Installed: d.o.Installed, VersionExists: d.o.Version != nil, PlansInFlight: d.o.PlansInFlight,
-		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel}
+		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel, Disruptions: d.o.Disruptions}
 }

@@ -43,6 +43,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	if err := r.observePhase(ctx, plan, &o); err != nil {
 		return o, err
 	}
+	switch plan.Status.Phase {
+	case v1beta1.PhaseInitializing, v1beta1.PhaseMetadataPopulating, v1beta1.PhaseNodeUpgrading:
+		// For the batches of workers: judged in the first two, followed in the last.
+		if o.Disruptions, err = GatherDisruptions(ctx, r.c, r.kept); err != nil {
+			return o, err
+		}
+	}
 	if err := r.observeSoak(ctx, plan, &o); err != nil {
 		return o, err
 	}

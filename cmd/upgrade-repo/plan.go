@@ -81,6 +81,10 @@ type planReport struct {
 	// ControlPlaneNodes and OtherNodes give the node upgrade order when a cluster was asked.
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
+	// Batches are the other nodes in the batches they are upgraded in, with the plan's
+	// concurrency, when each takes as long: no two nodes of one zone, nor two whose pods one
+	// PodDisruptionBudget needs, in one batch.
+	Batches [][]string `json:"batches,omitempty"`
 	Notes             []string `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
@@ -248,11 +252,14 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 			facts.KubernetesVersion = f.KubernetesVersion
 		}
 		facts.Nodes = sequencer.NodeInfos(f.Nodes)
+		if facts.Disruptions, err = sequencer.GatherDisruptions(ctx, c, nil); err != nil {
+			return nil, err
+		}
 	}
 	facts.Installed.Release = currentRel
 	j := sequencer.Judge(p, facts)
 	if c != nil {
-		rep.ControlPlaneNodes, rep.OtherNodes = j.ControlPlaneNodes, j.OtherNodes
+		rep.ControlPlaneNodes, rep.OtherNodes, rep.Batches = j.ControlPlaneNodes, j.OtherNodes, j.Batches
 	}
 	in, res := j.Input, j.Result
 	rep.Allowed = res.Allowed
