@@ -85,7 +85,7 @@ type planReport struct {
 	// concurrency, when each takes as long: no two nodes of one zone, nor two whose pods one
 	// PodDisruptionBudget needs, in one batch.
 	Batches [][]string `json:"batches,omitempty"`
-	Notes             []string `json:"notes,omitempty"`
+	Notes   []string   `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
 }
