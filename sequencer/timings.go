@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 )
 
@@ -21,7 +23,7 @@ type NodeTiming struct {
 	// Drain is from the first eviction to the node found drained; 0 when it had nothing to evict.
 	Drain time.Duration
 	// Step is the node Job's run, from its start to its completion as Kubernetes records them
-	// (to the second).
+	// (to the second, see stepTime).
 	Step time.Duration
 	// Total is from the cordon to Upgraded.
 	Total time.Duration
@@ -69,7 +71,7 @@ func NodeTimings(st *v1beta1.UpgradePlanStatus) []NodeTiming {
 				from = u
 			}
 		}
-		nt := NodeTiming{Node: n.name, Step: t.StepCompleted.Sub(t.StepStarted.Time), Total: t.Upgraded.Sub(t.Cordoned.Time)}
+		nt := NodeTiming{Node: n.name, Step: stepTime(t), Total: t.Upgraded.Sub(t.Cordoned.Time)}
 		if !from.IsZero() {
 			nt.Wait = max(0, t.Cordoned.Sub(from))
 		}
@@ -80,6 +82,21 @@ func NodeTimings(st *v1beta1.UpgradePlanStatus) []NodeTiming {
 		out = append(out, nt)
 	}
 	return out
+}
+
+// stepTime is the node Job's run as its times tell it, within what the sequencer saw: the Job
+// cannot have started before it was created, nor ended after the sequencer saw it end. The Job's
+// times are whole seconds, rounded down: the step so measured may come out short by up to a
+// second, and the sequencer's time long by as much, never the other way.
+func stepTime(t *v1beta1.NodeTimes) time.Duration {
+	start, end := t.StepStarted.Time, t.StepCompleted.Time
+	if t.JobCreated.After(start) {
+		start = t.JobCreated.Time
+	}
+	if t.StepSeen != nil && t.StepSeen.Before(&metav1.MicroTime{Time: end}) {
+		end = t.StepSeen.Time
+	}
+	return max(0, end.Sub(start))
 }
 
 // Distribution summarises durations: their count, least, median, 90th percentile, greatest and
