@@ -31,7 +31,7 @@ import (
 // drain only while that node is being drained, and the control-plane pods only in NodeUpgrading
 // and NodeUpgraded.
 func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
-	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
+	f, err := GatherFacts(ctx, sharedReads{r.c}, r.namespace, plan.Name, plan.Spec.Version)
 	if err != nil {
 		return Observation{Now: r.now(), Plan: plan}, err
 	}
@@ -72,7 +72,7 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 // repoNodes returns the agents' reports by node name.
 func (r *Reconciler) repoNodes(ctx context.Context) (map[string]*v1beta1.RepoNodeStatus, error) {
 	var rns v1beta1.RepoNodeList
-	if err := r.c.List(ctx, &rns); err != nil {
+	if err := r.c.List(ctx, &rns, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list repo nodes: %w", err)
 	}
 	out := make(map[string]*v1beta1.RepoNodeStatus, len(rns.Items))
@@ -124,7 +124,7 @@ func (r *Reconciler) observePhase(ctx context.Context, plan *v1beta1.UpgradePlan
 // whether its pod is stuck or, for a node Job, left behind by a reboot.
 func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan, nodes []corev1.Node, o *Observation) error {
 	var jobs batchv1.JobList
-	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}); err != nil {
+	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list jobs: %w", err)
 	}
 	o.NodeJobs = map[string]JobState{}
@@ -208,6 +208,17 @@ func (r *Reconciler) observeControlPlanes(ctx context.Context, plan *v1beta1.Upg
 		}
 	}
 	return nil
+}
+
+// sharedReads lists from the cache without copying what it lists: the objects are the cache's
+// own, which an observation only reads (Decide is pure). On a large cluster, copying every Node,
+// RepoNode and Job at each reconcile would be most of the sequencer's garbage. A client that is
+// not a cache ignores the option.
+type sharedReads struct{ client.Reader }
+
+// List lists with client.UnsafeDisableDeepCopy.
+func (s sharedReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return s.Reader.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...)
 }
 
 // attempt reads LabelAttempt; 0 when absent.

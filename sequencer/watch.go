@@ -25,8 +25,9 @@ import (
 
 // plansFor returns the requests of the plans not finished that want passes, listed from the cache.
 func (r *Reconciler) plansFor(ctx context.Context, want func(*v1beta1.UpgradePlan) bool) []reconcile.Request {
+	// The plans are only read: the cache's own, not copies of plans that hold a status per node.
 	var plans v1beta1.UpgradePlanList
-	if err := r.c.List(ctx, &plans); err != nil {
+	if err := r.c.List(ctx, &plans, client.UnsafeDisableDeepCopy); err != nil {
 		r.log.Error("list upgrade plans for an event", "err", err)
 		return nil
 	}

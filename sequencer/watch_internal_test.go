@@ -98,3 +98,33 @@ func TestEventsMoveThePlansThatWait(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyAllNodesTogether applies the actions of several nodes at once: each node's in order,
+// and the first failure in the list's order is the one reported, after the others were applied.
+func TestApplyAllNodesTogether(t *testing.T) {
+	t.Parallel()
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1beta1.AddToScheme(s))
+	var objs []client.Object
+	for _, n := range []string{"w-1", "w-2", "w-4", "w-5"} {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	r, err := NewReconciler(c, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	plan := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "up"}}
+	actions := []Action{
+		{Kind: ActionCordon, Node: "w-1"}, {Kind: ActionCordon, Node: "w-2"}, {Kind: ActionUncordon, Node: "w-2"},
+		{Kind: ActionCordon, Node: "w-3"}, {Kind: ActionCordon, Node: "w-4"}, {Kind: ActionCordon, Node: "w-5"},
+	}
+	_, failed, err := r.applyAll(t.Context(), plan, Observation{}, actions)
+	require.Error(t, err)
+	require.Equal(t, Action{Kind: ActionCordon, Node: "w-3"}, failed, "w-3 does not exist")
+	want := map[string]bool{"w-1": true, "w-2": false, "w-4": true, "w-5": true}
+	for name, cordoned := range want {
+		var n corev1.Node
+		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: name}, &n))
+		require.Equal(t, cordoned, n.Spec.Unschedulable, "node %s: its actions applied in order", name)
+	}
+}

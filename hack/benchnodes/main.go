@@ -252,6 +252,9 @@ func runSize(ctx context.Context, log *slog.Logger, c config, n int, dir string)
 		return res, err
 	}
 	res.toDone = time.Since(started)
+	if b, err := json.MarshalIndent(plan, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "plan.json"), b, 0o644)
+	}
 	res.cpu, res.peakRSS, err = procUsage(seq.Process.Pid)
 	if err != nil {
 		return res, err
