@@ -126,6 +126,10 @@ bench-preload: build deps ## upgrade-repo preload against `zstdcat | ctr images 
 bench-kind-preload: build deps ## The v1.34.4 release's preload inside a kind node (v1.33.13) against `zstdcat | ctr images import` and the floor (BENCH_ROUNDS).
 	@bash hack/bench-kind-preload.sh
 
+.PHONY: bench-nodes
+bench-nodes: ## The sequencer's node phase over 100 and 1,000 kwok nodes (SIZES): wall time against the ideal, CPU, peak RSS, API requests per node, its time per node.
+	@GO=$(GO) bash hack/bench-nodes.sh
+
 .PHONY: bench-ha
 bench-ha: build ## Formation kubeadm-ha upgraded by hand, then by an UpgradePlan through its faults (kind; the v1.33.13 node image).
 	@bash hack/bench-ha.sh

@@ -336,6 +336,7 @@ func logPhases(t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan) {
 	}
 	if len(ts) > 0 {
 		writePhaseTimings(t, c, ts)
+		writeNodeTimings(t, c, &plan.Status)
 	}
 }
 

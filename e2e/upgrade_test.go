@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // Names of the objects the upgrade test creates.
@@ -213,6 +214,7 @@ func TestUpgrade(t *testing.T) {
 		}
 		t.Logf("total: %s", ts[len(ts)-1].PhaseTransitionTimestamp.Sub(ts[0].PhaseTransitionTimestamp.Time).Round(time.Second))
 		writePhaseTimings(t, c, ts)
+		writeNodeTimings(t, c, &plan.Status)
 		for _, p := range ts {
 			if p.Phase == apiv1beta1.PhaseMetadataPopulated {
 				// Where the verified metadata is judged: what refusing a release cost before it
@@ -512,6 +514,26 @@ func writePhaseTimings(t *testing.T, c *cluster, ts []apiv1beta1.PhaseTransition
 	p := filepath.Join(c.artifacts, "phases-"+c.formation+".tsv")
 	require.NoError(t, os.WriteFile(p, []byte(out), 0o644))
 	t.Logf("phase timings written to %s", p)
+}
+
+// writeNodeTimings logs how each node's time in NodeUpgrading divided (sequencer.NodeTimings:
+// the wait for its slot, its drain, its step and the sequencer's own time) with the distribution
+// of the sequencer's time per node, and writes the nodes' lines to
+// E2E_ARTIFACTS/nodes-FORMATION.tsv.
+func writeNodeTimings(t *testing.T, c *cluster, st *apiv1beta1.UpgradePlanStatus) {
+	t.Helper()
+	ts := sequencer.NodeTimings(st)
+	sec := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) }
+	lines := []string{"formation\tnode\twait\tdrain\tstep\ttotal\tsequencer"}
+	var own []time.Duration
+	for _, n := range ts {
+		t.Logf("node %-24s wait %5ss  drain %5ss  step %6ss  total %6ss  sequencer %5ss", n.Node, sec(n.Wait), sec(n.Drain), sec(n.Step), sec(n.Total), sec(n.Sequencer))
+		lines = append(lines, strings.Join([]string{c.formation, n.Node, sec(n.Wait), sec(n.Drain), sec(n.Step), sec(n.Total), sec(n.Sequencer)}, "\t"))
+		own = append(own, n.Sequencer)
+	}
+	t.Logf("sequencer time per node: %s", sequencer.Distribute(own))
+	p := filepath.Join(c.artifacts, "nodes-"+c.formation+".tsv")
+	require.NoError(t, os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
 }
 
 // nodeBoots records, from docker's event stream, when each node container of the cluster started

@@ -360,6 +360,8 @@ func (d *decider) retry() {
 		case v1beta1.NodeUpgradeFailed:
 			d.setNode(name, func(s *v1beta1.NodeUpgradeStatus) {
 				s.State, s.Reason, s.Message = v1beta1.NodeCordoned, "Retry", "the node step runs again"
+				// The attempt starts over: its timings are its own.
+				s.Times = &v1beta1.NodeTimes{Cordoned: d.microNow()}
 			})
 		case v1beta1.NodeImagePreloadFailed:
 			d.setNode(name, func(s *v1beta1.NodeUpgradeStatus) {

@@ -76,6 +76,7 @@ func (d *decider) cordoned(r *nodeRound, n NodeInfo) {
 		d.act(ActionDrain, n.Name)
 		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 			s.Reason, s.Message = "Draining", fmt.Sprintf("%d pods to evict", d.o.PodsToEvict[n.Name])
+			d.stamp(s, func(t *v1beta1.NodeTimes) **metav1.MicroTime { return &t.DrainStarted })
 		})
 		if pods := d.o.DrainBlocked[n.Name]; len(pods) > 0 {
 			r.drainBlocked = append(r.drainBlocked, fmt.Sprintf("draining node %s: a PodDisruptionBudget blocks the eviction of %s", n.Name, strings.Join(pods, ", ")))
@@ -87,6 +88,7 @@ func (d *decider) cordoned(r *nodeRound, n NodeInfo) {
 		d.event("NodeDrained", "node %s cordoned and drained; its node Job starts", n.Name)
 		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 			s.State, s.Reason, s.Message = v1beta1.NodeUpgrading, "", "the node Job runs"
+			d.stamp(s, func(t *v1beta1.NodeTimes) **metav1.MicroTime { return &t.JobCreated })
 		})
 	}
 }
@@ -112,6 +114,13 @@ func (d *decider) upgrading(r *nodeRound, n NodeInfo) {
 		d.event("NodeStepped", "node %s: the node step succeeded; uncordoned, waiting for it to rejoin", n.Name)
 		d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 			s.State, s.Reason, s.Message = v1beta1.NodeRejoining, "", "the node step succeeded"
+			d.stamp(s, func(t *v1beta1.NodeTimes) **metav1.MicroTime { return &t.StepSeen })
+			if s.Times.StepStarted == nil && !job.Started.IsZero() {
+				s.Times.StepStarted = ptrMicro(job.Started)
+			}
+			if s.Times.StepCompleted == nil && !job.Completed.IsZero() {
+				s.Times.StepCompleted = ptrMicro(job.Completed)
+			}
 		})
 		r.working = append(r.working, n.Name)
 	case job.Stuck != "":
@@ -183,6 +192,7 @@ func (d *decider) rejoining(r *nodeRound, n NodeInfo) {
 	d.event("NodeRejoined", "node %s rejoined: Ready, schedulable, its agent serving; upgraded", n.Name)
 	d.setNode(n.Name, func(s *v1beta1.NodeUpgradeStatus) {
 		s.State, s.Reason, s.Message = v1beta1.NodeUpgraded, "", ""
+		d.stamp(s, func(t *v1beta1.NodeTimes) **metav1.MicroTime { return &t.Upgraded })
 	})
 }
 
@@ -233,10 +243,16 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 			r.gated = append(r.gated, n)
 			// The next nodes of the group wait for this one.
 			busy = limit
+		case busy < limit && d.notJoinable(r, group, n) != "":
+			// Another node of the group may join the batch instead: look on.
+			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
+				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForBatch", "not with the nodes in flight: "+d.notJoinable(r, group, n)
+			})
 		case busy < limit:
 			d.act(ActionCordon, n)
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
 				s.State, s.Reason, s.Message = v1beta1.NodeCordoned, "", "cordoned"
+				s.Times = &v1beta1.NodeTimes{Cordoned: d.microNow()}
 			})
 			r.working = append(r.working, n)
 			busy++
@@ -247,6 +263,18 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 		}
 	}
 	return held
+}
+
+// notJoinable says why node n may not start beside the nodes of group in flight, or "" when it
+// may (Joinable).
+func (d *decider) notJoinable(r *nodeRound, group []string, n string) string {
+	var batch []NodeInfo
+	for _, g := range group {
+		if g != n && d.rule(g).inFlight {
+			batch = append(batch, r.info[g])
+		}
+	}
+	return Joinable(r.info[n], batch, d.o.Disruptions)
 }
 
 // pausedNodes names the nodes the plan's nodeUpgradeOption.pauseNodes holds.
@@ -358,7 +386,7 @@ func (d *decider) rejoinWaits(n NodeInfo, job JobState) []string {
 	switch {
 	case !ok:
 		waits = append(waits, "its agent ("+why+")")
-	case !job.Completed.IsZero() && rn.HeartbeatTime.Time.Before(job.Completed.Truncate(time.Second)):
+	case !job.Completed.IsZero() && rn.HeartbeatTime.Time.Before(job.Completed.Truncate(time.Second)) && !d.reportedAfterStep(n.Name, job):
 		waits = append(waits, "its agent to report after the node step")
 	case !rn.Repo.Ready:
 		waits = append(waits, "its agent to serve the ISO again")
@@ -390,4 +418,34 @@ func (d *decider) sucUpgrading() {
 		return
 	}
 	d.wait("NodeUpgrading", fmt.Sprintf("%d of %d nodes upgraded by system-upgrade-controller", done, len(d.o.Nodes)), 0, false)
+}
+
+// reportedAfterStep reports whether node's agent wrote its report after the last act of the
+// node's step: the step's report of KubernetesUpgraded, which a kubeadm step makes once the
+// kubelet runs the new version and the node is Ready again, is delivered through the agent, so
+// an agent report written with or after it shows the agent came through the step. The next
+// heartbeat, up to the agent's report interval later, need not be waited for. An OS step may
+// reboot after it reports, so only its heartbeat after the Job's end counts.
+func (d *decider) reportedAfterStep(node string, job JobState) bool {
+	st := d.stepReport(node, job)
+	rn := d.o.RepoNodes[node]
+	return st != nil && st.Stage == v1beta1.StageKubernetesUpgraded && !rn.HeartbeatTime.Time.Before(st.Time.Time)
+}
+
+// stamp sets the time field returns, unless it is set: each transition is stamped once.
+func (d *decider) stamp(s *v1beta1.NodeUpgradeStatus, field func(*v1beta1.NodeTimes) **metav1.MicroTime) {
+	if s.Times == nil {
+		s.Times = &v1beta1.NodeTimes{}
+	}
+	if f := field(s.Times); *f == nil {
+		*f = d.microNow()
+	}
+}
+
+// microNow is the observation's time to the microsecond, for NodeTimes.
+func (d *decider) microNow() *metav1.MicroTime { return ptrMicro(d.o.Now) }
+
+func ptrMicro(t time.Time) *metav1.MicroTime {
+	m := metav1.NewMicroTime(t.UTC().Truncate(time.Microsecond))
+	return &m
 }

@@ -61,6 +61,9 @@ type JudgeFacts struct {
 	// Window is how long the plan is expected to take (the certificates must outlast it); 0
 	// takes policy.DefaultCertificateWindow.
 	Window time.Duration
+	// Disruptions are the cluster's PodDisruptionBudgets with pods to evict
+	// (GatherDisruptions), for the batches of workers upgraded together.
+	Disruptions []Disruption
 }
 
 // Judgement is how a plan was judged: the policies' input and outcome, and the order its nodes
@@ -78,6 +81,9 @@ type Judgement struct {
 	// Disk is the forecast of each of those nodes' disk, in upgrade order; empty when the
 	// ISO's size is not known.
 	Disk []forecast.NodeDisk
+	// Batches are the other nodes in the batches they are upgraded in, with the plan's
+	// concurrency, when each node takes as long (WorkerBatches).
+	Batches [][]string
 }
 
 // WorkersFirst reports whether plan p takes the nodes that are not control planes first, then
@@ -131,6 +137,7 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 		CertificatesNote: f.CertificatesNote, Now: f.Now, Window: f.Window, CordonedNodes: cordonedByOthers(p, nodes)}
 	j.Disk = diskForecast(&in.Preflight, f, append(slices.Clone(j.ControlPlaneNodes), j.OtherNodes...))
 	j.Input, j.Result = in, policy.Evaluate(in)
+	j.Batches = WorkerBatches(orderedInfos(nodes, j.OtherNodes), nodeConcurrency(p), f.Disruptions)
 	return j
 }
 
@@ -236,6 +243,19 @@ func NodeOrder(nodes []NodeInfo) (controlPlane, others []string) {
 	return controlPlane, others
 }
 
+// orderedInfos returns the nodes of nodes named by names, in the order of names.
+func orderedInfos(nodes []NodeInfo, names []string) []NodeInfo {
+	byName := make(map[string]NodeInfo, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	out := make([]NodeInfo, 0, len(names))
+	for _, name := range names {
+		out = append(out, byName[name])
+	}
+	return out
+}
+
 // orderedNames is NodeOrder's two groups as one list.
 func orderedNames(nodes []NodeInfo) []string {
 	cp, others := NodeOrder(nodes)
@@ -249,7 +269,7 @@ func NodeInfos(nodes []corev1.Node) []NodeInfo {
 		n := &nodes[i]
 		out = append(out, NodeInfo{Name: n.Name, ControlPlane: IsControlPlane(n), Ready: IsReady(n),
 			Unschedulable: n.Spec.Unschedulable, KubeletVersion: n.Status.NodeInfo.KubeletVersion,
-			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n)})
+			BootID: n.Status.NodeInfo.BootID, NotReadySince: notReadySince(n), Zone: n.Labels[corev1.LabelTopologyZone]})
 	}
 	return out
 }
@@ -266,7 +286,7 @@ func NewObservation(now time.Time, plan *v1beta1.UpgradePlan, f Facts) Observati
 // judgeFacts are the facts of the observation that d's plan is judged on, with the release rel.
 func (d *decider) judgeFacts(rel *release.Release) JudgeFacts {
 	f := JudgeFacts{Installed: d.o.Installed, VersionExists: d.o.Version != nil, PlansInFlight: d.o.PlansInFlight,
-		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel,
+		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel, Disruptions: d.o.Disruptions,
 		Now: d.o.Now, RepoNodes: d.o.RepoNodes, ISOSize: d.o.ISOSize, Archives: d.o.EarlyArchives,
 		UndrainableBudgets: d.o.UndrainableBudgets, Certificates: d.o.Certificates, CertificatesNote: d.o.CertificatesNote}
 	if d.o.Version != nil {

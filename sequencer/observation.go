@@ -24,6 +24,9 @@ type NodeInfo struct {
 	// NotReadySince is when a node that is not Ready stopped being Ready (its Ready
 	// condition's last transition); zero for a Ready node or when unknown.
 	NotReadySince time.Time
+	// Zone is the node's failure domain (the topology.kubernetes.io/zone label); empty when
+	// unset. No two nodes of one zone are upgraded at once.
+	Zone string
 }
 
 // JobState is what a Job the plan created has come to.
@@ -99,6 +102,10 @@ type Observation struct {
 	NodeJobs map[string]JobState
 	// PodsToEvict counts, for the nodes being drained, the pods a drain must still evict.
 	PodsToEvict map[string]int
+	// Disruptions are the PodDisruptionBudgets with pods to evict, for the choice of the
+	// nodes upgraded together (Joinable). Only in Initializing, MetadataPopulating and
+	// NodeUpgrading.
+	Disruptions []Disruption
 	// SUC is the progress of system-upgrade-controller's Plans, with that executor.
 	SUC SUCProgress
 	// UpgradeImage is the image the plan's Jobs run: the plan's own or the sequencer's default.

@@ -26,16 +26,52 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )
 
-// observe reads what Decide needs. It reads the release metadata only in MetadataPopulating, the
-// pods of a node to drain only while that node is being drained, and the control-plane pods only
-// in NodeUpgrading and NodeUpgraded.
+// observe reads what Decide needs: the facts every phase reads, then what the plan's phase
+// needs besides. It reads the release metadata only in MetadataPopulating, the pods of a node to
+// drain only while that node is being drained, and the control-plane pods only in NodeUpgrading
+// and NodeUpgraded.
 func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Observation, error) {
-	f, err := GatherFacts(ctx, r.c, r.namespace, plan.Name, plan.Spec.Version)
+	f, err := GatherFacts(ctx, sharedReads{r.c}, r.namespace, plan.Name, plan.Spec.Version)
 	if err != nil {
 		return Observation{Now: r.now(), Plan: plan}, err
 	}
 	o := NewObservation(r.now(), plan, f)
 	o.UpgradeImage, o.Compat = r.upgradeImage(plan), r.compat.namespace != ""
+	if err := r.observePhase(ctx, plan, f.Nodes, &o); err != nil {
+		return o, err
+	}
+	switch plan.Status.Phase {
+	case v1beta1.PhaseInitializing, v1beta1.PhaseMetadataPopulating, v1beta1.PhaseNodeUpgrading:
+		// For the batches of workers: judged in the first two, followed in the last.
+		if o.Disruptions, err = GatherDisruptions(ctx, r.c, r.kept); err != nil {
+			return o, err
+		}
+	}
+	if err := r.observeSoak(ctx, plan, &o); err != nil {
+		return o, err
+	}
+	if err := r.observeJobs(ctx, plan, f.Nodes, &o); err != nil {
+		return o, err
+	}
+	if plan.Status.Phase == v1beta1.PhaseNodeUpgrading {
+		if err := r.observeNodeUpgrading(ctx, plan, f.Nodes, &o); err != nil {
+			return o, err
+		}
+	}
+	if p := plan.Status.Phase; p == v1beta1.PhaseNodeUpgrading || p == v1beta1.PhaseNodeUpgraded {
+		if err := r.observeControlPlanes(ctx, plan, f.Nodes, &o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// observePhase reads what one phase alone needs: in Initializing the release inside the ISO and
+// the drain warnings, in RepoCreating the repo's ready endpoints, in MetadataPopulating the
+// release metadata through the repo; in Initializing too, the control planes' serving
+// certificates (of nodes).
+func (r *Reconciler) observePhase(ctx context.Context, plan *v1beta1.UpgradePlan, nodes []corev1.Node, o *Observation) error {
+	var err error
 	switch plan.Status.Phase {
 	case v1beta1.PhaseInitializing:
 		if o.Version != nil {
@@ -48,14 +84,14 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			}
 		}
 		if o.DrainWarnings, err = r.drainWarnings(ctx); err != nil {
-			return o, err
+			return err
 		}
-		o.Certificates, o.CertificatesNote = r.certs.read(ctx, f.Nodes)
+		o.Certificates, o.CertificatesNote = r.certs.read(ctx, nodes)
 	case v1beta1.PhaseRepoCreating:
 		var slices discoveryv1.EndpointSliceList
 		if err := r.c.List(ctx, &slices, client.InNamespace(r.namespace),
 			client.MatchingLabels{discoveryv1.LabelServiceName: r.service}); err != nil {
-			return o, fmt.Errorf("list endpoint slices of service %s/%s: %w", r.namespace, r.service, err)
+			return fmt.Errorf("list endpoint slices of service %s/%s: %w", r.namespace, r.service, err)
 		}
 		for _, s := range slices.Items {
 			for _, e := range s.Endpoints {
@@ -67,12 +103,15 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 	case v1beta1.PhaseMetadataPopulating:
 		o.Release, o.ReleaseErr = repoclient.Fetch(ctx, r.http, r.repoURL)
 	}
-	if err := r.observeSoak(ctx, plan, &o); err != nil {
-		return o, err
-	}
+	return nil
+}
+
+// observeJobs reads the state of the plan's Jobs of its current attempt, and for a running one
+// whether its pod is stuck or, for a node Job, left behind by a reboot.
+func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan, nodes []corev1.Node, o *Observation) error {
 	var jobs batchv1.JobList
-	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}); err != nil {
-		return o, fmt.Errorf("list jobs: %w", err)
+	if err := r.c.List(ctx, &jobs, client.InNamespace(r.namespace), client.MatchingLabels{LabelPlan: plan.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list jobs: %w", err)
 	}
 	o.NodeJobs = map[string]JobState{}
 	for i := range jobs.Items {
@@ -82,12 +121,13 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 		}
 		st := jobState(j)
 		if !st.Succeeded && !st.Failed {
+			var err error
 			if st.Stuck, err = r.stuck(ctx, j); err != nil {
-				return o, err
+				return err
 			}
 			if j.Labels[LabelComponent] == "node" {
-				if st.Orphaned, err = r.orphanedPods(ctx, j, f.Nodes, o.Now); err != nil {
-					return o, err
+				if st.Orphaned, err = r.orphanedPods(ctx, j, nodes, o.Now); err != nil {
+					return err
 				}
 			}
 		}
@@ -98,55 +138,73 @@ func (r *Reconciler) observe(ctx context.Context, plan *v1beta1.UpgradePlan) (Ob
 			o.NodeJobs[j.Labels[LabelNode]] = st
 		}
 	}
-	if plan.Status.Phase == v1beta1.PhaseNodeUpgrading {
-		if plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController {
-			var list unstructured.UnstructuredList
-			list.SetGroupVersionKind(suc.PlanListGVK)
-			if err := r.c.List(ctx, &list, client.InNamespace(r.sucNamespace), client.MatchingLabels{suc.PlanLabel: plan.Name}); err != nil {
-				return o, fmt.Errorf("list system-upgrade-controller plans: %w", err)
-			}
-			o.SUC = SUCProgress{Exists: len(list.Items) > 0, Upgraded: suc.Upgraded(plan.Name, list.Items, f.Nodes)}
+	return nil
+}
+
+// observeNodeUpgrading reads, in NodeUpgrading, system-upgrade-controller's progress when it
+// upgrades the nodes, and the pods left to evict from each node being drained.
+func (r *Reconciler) observeNodeUpgrading(ctx context.Context, plan *v1beta1.UpgradePlan, nodes []corev1.Node, o *Observation) error {
+	if plan.NodeExecutor() == v1beta1.ExecutorSystemUpgradeController {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(suc.PlanListGVK)
+		if err := r.c.List(ctx, &list, client.InNamespace(r.sucNamespace), client.MatchingLabels{suc.PlanLabel: plan.Name}); err != nil {
+			return fmt.Errorf("list system-upgrade-controller plans: %w", err)
 		}
-		o.PodsToEvict = map[string]int{}
-		for name, ns := range plan.Status.NodeUpgradeStatuses {
-			if ns.State != v1beta1.NodeCordoned {
-				continue
+		o.SUC = SUCProgress{Exists: len(list.Items) > 0, Upgraded: suc.Upgraded(plan.Name, list.Items, nodes)}
+	}
+	o.PodsToEvict = map[string]int{}
+	for name, ns := range plan.Status.NodeUpgradeStatuses {
+		if ns.State != v1beta1.NodeCordoned {
+			continue
+		}
+		pods, err := r.evictable(ctx, name)
+		if err != nil {
+			return err
+		}
+		o.PodsToEvict[name] = len(pods)
+	}
+	return nil
+}
+
+// observeControlPlanes reads the control-plane pods of the control-plane nodes and of the
+// nodes rejoining: for the gate before each node and the rejoin of each node in NodeUpgrading,
+// for the versions they run at NodeUpgraded.
+func (r *Reconciler) observeControlPlanes(ctx context.Context, plan *v1beta1.UpgradePlan, nodes []corev1.Node, o *Observation) error {
+	o.ControlPlaneNotReady = map[string][]string{}
+	o.ControlPlaneImages = map[string]map[string]string{}
+	for i := range nodes {
+		n := &nodes[i]
+		if !IsControlPlane(n) && plan.Status.NodeUpgradeStatuses[n.Name].State != v1beta1.NodeRejoining {
+			continue
+		}
+		pods, err := r.controlPlanePods(ctx, n.Name)
+		if err != nil {
+			return err
+		}
+		for _, cp := range pods {
+			if !cp.ready {
+				o.ControlPlaneNotReady[n.Name] = append(o.ControlPlaneNotReady[n.Name], cp.name)
 			}
-			pods, err := r.evictable(ctx, name)
-			if err != nil {
-				return o, err
+			if cp.component != "" && cp.image != "" {
+				if o.ControlPlaneImages[n.Name] == nil {
+					o.ControlPlaneImages[n.Name] = map[string]string{}
+				}
+				o.ControlPlaneImages[n.Name][cp.component] = cp.image
 			}
-			o.PodsToEvict[name] = len(pods)
 		}
 	}
-	if p := plan.Status.Phase; p == v1beta1.PhaseNodeUpgrading || p == v1beta1.PhaseNodeUpgraded {
-		// The control planes: for the gate before each node and the rejoin of each node in
-		// NodeUpgrading, for the versions they run at NodeUpgraded.
-		o.ControlPlaneNotReady = map[string][]string{}
-		o.ControlPlaneImages = map[string]map[string]string{}
-		for i := range f.Nodes {
-			n := &f.Nodes[i]
-			if !IsControlPlane(n) && plan.Status.NodeUpgradeStatuses[n.Name].State != v1beta1.NodeRejoining {
-				continue
-			}
-			pods, err := r.controlPlanePods(ctx, n.Name)
-			if err != nil {
-				return o, err
-			}
-			for _, cp := range pods {
-				if !cp.ready {
-					o.ControlPlaneNotReady[n.Name] = append(o.ControlPlaneNotReady[n.Name], cp.name)
-				}
-				if o.ControlPlaneImages != nil && cp.component != "" && cp.image != "" {
-					if o.ControlPlaneImages[n.Name] == nil {
-						o.ControlPlaneImages[n.Name] = map[string]string{}
-					}
-					o.ControlPlaneImages[n.Name][cp.component] = cp.image
-				}
-			}
-		}
-	}
-	return o, nil
+	return nil
+}
+
+// sharedReads lists from the cache without copying what it lists: the objects are the cache's
+// own, which an observation only reads (Decide is pure). On a large cluster, copying every Node,
+// RepoNode and Job at each reconcile would be most of the sequencer's garbage. A client that is
+// not a cache ignores the option.
+type sharedReads struct{ client.Reader }
+
+// List lists with client.UnsafeDisableDeepCopy.
+func (s sharedReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return s.Reader.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...)
 }
 
 // attempt reads LabelAttempt; 0 when absent.
@@ -159,7 +217,8 @@ func attempt(l map[string]string) int {
 }
 
 // earlyReads keeps the last release read from an ISO's URL before its download, so that the
-// reconciles of one Initializing phase read it once.
+// reconciles of one Initializing phase read it once. The mutex guards the kept read only: the
+// read itself, over the network, is made without it.
 type earlyReads struct {
 	mu  sync.Mutex
 	url string
@@ -172,19 +231,24 @@ type earlyReads struct {
 // why it could not be read. A read, or a failure, is reused for a minute.
 func (e *earlyReads) read(ctx context.Context, hc *http.Client, isoURL string) (*isorelease.Contents, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.url == isoURL && time.Since(e.at) < time.Minute {
-		return e.c, e.err
+		c, err := e.c, e.err
+		e.mu.Unlock()
+		return c, err
 	}
+	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	e.url, e.at = isoURL, time.Now()
-	e.c, e.err = isorelease.Open(ctx, hc, isoURL, httprange.WithReadTimeouts(10*time.Second,
+	at := time.Now()
+	c, err := isorelease.Open(ctx, hc, isoURL, httprange.WithReadTimeouts(10*time.Second,
 		backoff.Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2, Attempts: 3}))
-	if e.err != nil {
-		e.c = nil
+	if err != nil {
+		c = nil
 	}
-	return e.c, e.err
+	e.mu.Lock()
+	e.url, e.at, e.c, e.err = isoURL, at, c, err
+	e.mu.Unlock()
+	return c, err
 }
 
 // isoSize asks the ISO's origin for its size (httprange.Probe: its first byte, not a HEAD, which

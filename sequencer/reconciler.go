@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,10 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -205,26 +204,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeIndex, PodNodeIndexer); err != nil {
 		return fmt.Errorf("index pods by node: %w", err)
 	}
-	allPlans := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var plans v1beta1.UpgradePlanList
-		if err := r.c.List(ctx, &plans); err != nil {
-			r.log.Error("list upgrade plans", "err", err)
-			return nil
-		}
-		var out []reconcile.Request
-		for _, p := range plans.Items {
-			if !p.Status.Phase.Finished() {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-			}
-		}
-		return out
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("upgradeplan").
 		For(&v1beta1.UpgradePlan{}).
 		Owns(&batchv1.Job{}).
-		Watches(&v1beta1.RepoNode{}, allPlans).
-		Watches(&corev1.Node{}, allPlans).
+		Watches(&v1beta1.RepoNode{}, r.planEvents(r.repoNodeEvents)).
+		Watches(&corev1.Node{}, r.planEvents(r.nodeEvents)).
+		Watches(&corev1.Pod{}, r.planEvents(r.podEvents)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up the upgradeplan controller: %w", err)
@@ -249,18 +235,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("observe plan %s: %w", plan.Name, err)
 	}
 	d := Decide(r.cfg, obs)
-	for _, a := range d.Actions {
-		refused, err := r.apply(ctx, &plan, obs, a)
-		if err != nil {
-			log.Error("apply action", "action", a.Kind, "node", a.Node, "err", err)
-			return r.degrade(ctx, &plan, "ActionFailed", fmt.Sprintf("%s %s: %v", a.Kind, a.Node, err))
+	blocked, failed, err := r.applyAll(ctx, &plan, obs, d.Actions)
+	if err != nil {
+		log.Error("apply action", "action", failed.Kind, "node", failed.Node, "err", err)
+		return r.degrade(ctx, &plan, "ActionFailed", fmt.Sprintf("%s %s: %v", failed.Kind, failed.Node, err))
+	}
+	for node, refused := range blocked {
+		if obs.DrainBlocked == nil {
+			obs.DrainBlocked = map[string][]string{}
 		}
-		if len(refused) > 0 {
-			if obs.DrainBlocked == nil {
-				obs.DrainBlocked = map[string][]string{}
-			}
-			obs.DrainBlocked[a.Node] = refused
-		}
+		obs.DrainBlocked[node] = refused
 	}
 	if len(obs.DrainBlocked) > 0 {
 		// A drain met a PodDisruptionBudget, which only the drain can find out: decide again
@@ -316,6 +300,80 @@ func (r *Reconciler) degrade(ctx context.Context, plan *v1beta1.UpgradePlan, rea
 		r.events.Eventf(plan, nil, corev1.EventTypeWarning, reason, string(plan.Status.Phase), "%s", msg)
 	}
 	return reconcile.Result{RequeueAfter: r.cfg.Poll}, nil
+}
+
+// maxParallelActions bounds the node actions applied at once.
+const maxParallelActions = 16
+
+// applyAll carries out actions in order, but for the actions about nodes that follow each other:
+// those are applied together, the actions of one node in order, so that a batch of nodes moves
+// in the time of one call rather than one per node. It returns, for the nodes whose drain a
+// PodDisruptionBudget refused, the pods refused; on failure, the first action that failed in
+// the list's order, and why.
+func (r *Reconciler) applyAll(ctx context.Context, plan *v1beta1.UpgradePlan, o Observation, actions []Action) (map[string][]string, Action, error) {
+	blocked := map[string][]string{}
+	for i := 0; i < len(actions); {
+		if actions[i].Node == "" {
+			refused, err := r.apply(ctx, plan, o, actions[i])
+			if err != nil {
+				return nil, actions[i], err
+			}
+			if len(refused) > 0 {
+				blocked[actions[i].Node] = refused
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < len(actions) && actions[j].Node != "" {
+			j++
+		}
+		if a, err := r.applyNodes(ctx, plan, o, actions[i:j], blocked); err != nil {
+			return nil, a, err
+		}
+		i = j
+	}
+	return blocked, Action{}, nil
+}
+
+// applyNodes applies node actions, each node's in order and the nodes together, and records in
+// blocked the pods a drain could not evict. It returns the first action that failed, in the
+// order of actions.
+func (r *Reconciler) applyNodes(ctx context.Context, plan *v1beta1.UpgradePlan, o Observation, actions []Action, blocked map[string][]string) (Action, error) {
+	var order []string
+	byNode := map[string][]int{}
+	for i, a := range actions {
+		if _, ok := byNode[a.Node]; !ok {
+			order = append(order, a.Node)
+		}
+		byNode[a.Node] = append(byNode[a.Node], i)
+	}
+	errs := make([]error, len(actions))
+	refusedBy := make([][]string, len(actions))
+	sem := make(chan struct{}, maxParallelActions)
+	var wg sync.WaitGroup
+	for _, node := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(idx []int) {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range idx {
+				if refusedBy[i], errs[i] = r.apply(ctx, plan, o, actions[i]); errs[i] != nil {
+					return
+				}
+			}
+		}(byNode[node])
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return actions[i], err
+		}
+		if len(refusedBy[i]) > 0 {
+			blocked[actions[i].Node] = refusedBy[i]
+		}
+	}
+	return Action{}, nil
 }
 
 // apply carries out one action. A drain returns the pods whose eviction a PodDisruptionBudget

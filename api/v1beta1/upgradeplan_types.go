@@ -325,6 +325,38 @@ type NodeUpgradeStatus struct {
 	// plan Degraded.
 	// +optional
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+	// Times are when the node went through each transition of NodeUpgrading, to the
+	// microsecond: what the plan's timings are read from.
+	// +optional
+	Times *NodeTimes `json:"times,omitempty"`
+}
+
+// NodeTimes are when a node went through the transitions of NodeUpgrading. Cordoned, Drained,
+// JobCreated and Upgraded are the sequencer's own acts; StepStarted and StepCompleted are the
+// node Job's, as Kubernetes records them (to the second). Each is set once per attempt.
+type NodeTimes struct {
+	// Cordoned is when the node's turn began: the sequencer cordoned it.
+	// +optional
+	Cordoned *metav1.MicroTime `json:"cordoned,omitempty"`
+	// DrainStarted is when the sequencer first evicted pods from the node; unset when the
+	// node had none to evict.
+	// +optional
+	DrainStarted *metav1.MicroTime `json:"drainStarted,omitempty"`
+	// JobCreated is when the node was found drained and its node Job was asked for.
+	// +optional
+	JobCreated *metav1.MicroTime `json:"jobCreated,omitempty"`
+	// StepStarted is the node Job's start time.
+	// +optional
+	StepStarted *metav1.MicroTime `json:"stepStarted,omitempty"`
+	// StepCompleted is the node Job's completion time.
+	// +optional
+	StepCompleted *metav1.MicroTime `json:"stepCompleted,omitempty"`
+	// StepSeen is when the sequencer saw the node Job succeeded and uncordoned the node.
+	// +optional
+	StepSeen *metav1.MicroTime `json:"stepSeen,omitempty"`
+	// Upgraded is when the sequencer found the node whole again and marked it Upgraded.
+	// +optional
+	Upgraded *metav1.MicroTime `json:"upgraded,omitempty"`
 }
 
 // ReleaseMetadata is the release metadata of the target, read through the repo Service.

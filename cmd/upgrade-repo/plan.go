@@ -84,8 +84,12 @@ type planReport struct {
 	ControlPlaneNodes []string `json:"controlPlaneNodes,omitempty"`
 	OtherNodes        []string `json:"otherNodes,omitempty"`
 	// WorkersFirst says the other nodes go first, then the control plane (a rollback).
-	WorkersFirst bool     `json:"workersFirst,omitempty"`
-	Notes        []string `json:"notes,omitempty"`
+	WorkersFirst bool `json:"workersFirst,omitempty"`
+	// Batches are the other nodes in the batches they are upgraded in, with the plan's
+	// concurrency, when each takes as long: no two nodes of one zone, nor two whose pods one
+	// PodDisruptionBudget needs, in one batch.
+	Batches [][]string `json:"batches,omitempty"`
+	Notes   []string   `json:"notes,omitempty"`
 	// Images is what the target ISO's archives hold, when --release names an ISO.
 	Images *planImageReport `json:"images,omitempty"`
 	// Disk is each node's disk forecast, when a cluster was asked and the ISO's size is known.
@@ -260,6 +264,9 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 		}
 		facts.Now = time.Now()
 		facts.Certificates, facts.CertificatesNote = sequencer.ServingCertificates(ctx, f.Nodes, sequencer.DefaultAPIServerPort)
+		if facts.Disruptions, err = sequencer.GatherDisruptions(ctx, c, nil); err != nil {
+			return nil, err
+		}
 	}
 	if targetISO != nil {
 		facts.ISOSize, facts.Archives = targetISO.Size, targetISO.Archives
@@ -267,7 +274,7 @@ func makePlan(ctx context.Context, o planOptions, c client.Reader, hc *http.Clie
 	facts.Installed.Release = currentRel
 	j := sequencer.Judge(p, facts)
 	if c != nil {
-		rep.ControlPlaneNodes, rep.OtherNodes, rep.WorkersFirst = j.ControlPlaneNodes, j.OtherNodes, j.WorkersFirst
+		rep.ControlPlaneNodes, rep.OtherNodes, rep.WorkersFirst, rep.Batches = j.ControlPlaneNodes, j.OtherNodes, j.WorkersFirst, j.Batches
 	}
 	in, res := j.Input, j.Result
 	rep.Allowed = res.Allowed

@@ -91,6 +91,30 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		Status: policyv1.PodDisruptionBudgetStatus{ExpectedPods: 1, DesiredHealthy: 1, CurrentHealthy: 1}}
 	pgPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "pg-0", Labels: map[string]string{"app": "pg"}},
 		Spec: corev1.PodSpec{NodeName: "w-1"}}
+	// zoned is the cluster with its workers in zones z1 (w-1, w-3) and z2 (w-2), and a
+	// PodDisruptionBudget that allows one disruption over pods on w-1 and w-2.
+	zoned := func() []client.Object {
+		objs := cluster(true, kubelet)
+		for _, o := range objs {
+			switch o.GetName() {
+			case "w-1", "w-3":
+				o.SetLabels(map[string]string{corev1.LabelTopologyZone: "z1"})
+			case "w-2":
+				o.SetLabels(map[string]string{corev1.LabelTopologyZone: "z2"})
+			}
+		}
+		web := map[string]string{"app": "web"}
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+			Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: web}}}
+		pdb.Status.DisruptionsAllowed = 1
+		objs = append(objs, pdb)
+		for _, n := range []string{"w-1", "w-2"} {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-" + n, Labels: web}, Spec: corev1.PodSpec{NodeName: n}}
+			p.Status.Phase = corev1.PodRunning
+			objs = append(objs, p)
+		}
+		return objs
+	}
 
 	tests := []struct {
 		name string
@@ -104,6 +128,8 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		force   bool
 		options *v1beta1.NodeUpgradeOption
 		allowed bool
+		// batches, when not nil, are the worker batches both must show.
+		batches [][]string
 	}{
 		{name: "every node Ready", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true, allowed: true},
 		{name: "release not read yet", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), allowed: true},
@@ -129,6 +155,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			repoNode("cp-a", 50<<30), repoNode("w-1", 50<<30)), known: true, iso: true, allowed: true},
 		{name: "a node without room for the release", objs: with(cluster(true, kubelet), installed("v1.5.2"), version,
 			repoNode("cp-a", 50<<30), repoNode("w-1", 2<<20)), known: true, iso: true},
+		{name: "three at a time, no zones", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true, allowed: true,
+			options: &v1beta1.NodeUpgradeOption{Concurrency: 3}, batches: [][]string{{"w-1", "w-2", "w-3"}}},
+		{name: "three at a time, zones and a budget", objs: with(zoned(), installed("v1.5.2"), version), known: true, allowed: true,
+			options: &v1beta1.NodeUpgradeOption{Concurrency: 3}, batches: [][]string{{"w-1"}, {"w-2", "w-3"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,8 +189,11 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			require.NoError(t, err)
 			started := plan.DeepCopy()
 			started.Status.Phase = v1beta1.PhaseInitializing
+			budgets, err := sequencer.GatherDisruptions(t.Context(), c, nil)
+			require.NoError(t, err)
 			obs := sequencer.NewObservation(time.Unix(2000, 0), started, f)
 			obs.UpgradeImage = "upgrade:v1.6.0"
+			obs.Disruptions = budgets
 			if tt.known {
 				obs.EarlyRelease = target
 			}
@@ -178,6 +211,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			require.Equal(t, checkOutcomes(j.Result.Checks), reportOutcomes(rep.Checks), "the same checks, outcomes and messages")
 			require.Equal(t, rep.ControlPlaneNodes, j.ControlPlaneNodes, "the same control-plane order")
 			require.Equal(t, rep.OtherNodes, j.OtherNodes, "the same order of the other nodes")
+			require.Equal(t, rep.Batches, j.Batches, "the same worker batches")
+			if tt.batches != nil {
+				require.Equal(t, tt.batches, j.Batches)
+			}
 			require.Equal(t, rep.Current, j.Input.Current)
 			require.Equal(t, rep.CurrentKubernetes, j.Input.KubernetesCurrent)
 			require.Equal(t, rep.Disk, j.Disk, "the same disk forecast")
@@ -197,6 +234,23 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 					}
 				}
 				require.ElementsMatch(t, append(append([]string{}, j.ControlPlaneNodes...), j.OtherNodes...), worked)
+
+				// Once the control planes are upgraded, the sequencer starts the first batch.
+				upgrading := started.DeepCopy()
+				upgrading.Status.Phase = v1beta1.PhaseNodeUpgrading
+				upgrading.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
+				for _, n := range j.ControlPlaneNodes {
+					upgrading.Status.NodeUpgradeStatuses[n] = v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgraded}
+				}
+				obs := sequencer.NewObservation(time.Unix(2000, 0), upgrading, f)
+				obs.UpgradeImage, obs.Disruptions = "upgrade:v1.6.0", budgets
+				var cordoned []string
+				for _, a := range sequencer.Decide(sequencer.DefaultConfig, obs).Actions {
+					if a.Kind == sequencer.ActionCordon {
+						cordoned = append(cordoned, a.Node)
+					}
+				}
+				require.Equal(t, j.Batches[0], cordoned, "the sequencer starts the first batch plan shows")
 			default:
 				cond := meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded)
 				require.NotNil(t, cond)

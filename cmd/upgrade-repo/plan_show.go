@@ -105,6 +105,12 @@ func printUpgradePlan(w io.Writer, rep *planReport) error {
 		fmt.Fprintf(w, "Node order: control plane %s one at a time, then %s\n",
 			planListOrNone(rep.ControlPlaneNodes), planListOrNone(rep.OtherNodes))
 	}
+	if slices.ContainsFunc(rep.Batches, func(b []string) bool { return len(b) > 1 }) {
+		fmt.Fprintln(w, "Worker batches (upgraded together; no two of one zone, nor two whose pods one PodDisruptionBudget needs):")
+		for i, b := range rep.Batches {
+			fmt.Fprintf(w, "  %d. %s\n", i+1, strings.Join(b, ", "))
+		}
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "Note: %s\n", n)
 	}

@@ -58,6 +58,8 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	jobAccount := fset.String("job-service-account", "", "`name` of the ServiceAccount the upgrade image's Jobs run as (the namespace's default when empty)")
 	compatNS := fset.String("compat-namespace", "", "compatibility mode: publish each plan's repo in this `namespace` (the product's, such as harvester-system) as the Service and Deployment upgrade-repo-PLAN its upgrade scripts look for; empty turns it off")
 	clusterDomain := fset.String("cluster-domain", "cluster.local", "the cluster's DNS `domain`, into which compatibility mode's Services point")
+	qps := fset.Float64("kube-api-qps", 50, "the sequencer's requests per second to the API server, on average; a batch of nodes moves as fast as its cordons, Jobs and uncordons are sent")
+	burst := fset.Int("kube-api-burst", 100, "the sequencer's requests to the API server at once, above --kube-api-qps")
 	startTimeout := fset.Duration("start-timeout", 5*time.Minute, "how long to wait for the API server at start before giving up")
 	if help, err := parseFlags(a.stdout, fset, args); help || err != nil {
 		return err
@@ -87,6 +89,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	if err := waitAPIServer(ctx, a.log, cfg, *startTimeout); err != nil {
 		return err
 	}
