@@ -172,6 +172,36 @@ func client(c *http.Client) *http.Client {
 // gives for it.
 var ErrChecksum = errors.New("checksum mismatch")
 
+// ErrPermanent marks a step's failure that running the step again would only repeat, such as
+// a release whose control plane does not come up on the node: its node Job fails at once
+// instead of running the step again for each retry of its backoff limit.
+var ErrPermanent = errors.New("running the step again would repeat this")
+
+// ExitPermanent is the exit status of a node step that failed with ErrPermanent. The node Job's
+// pod failure policy fails the Job on it at once; an upgrade image may exit with it too.
+const ExitPermanent = 86
+
+// TerminationLog is where a node step leaves its error for the sequencer (the pod's
+// terminationMessagePath, Kubernetes' default): the plan says why the step failed, not only that
+// its Job did.
+const TerminationLog = "/dev/termination-log"
+
+// maxTerminationMessage is what the kubelet keeps of a termination message.
+const maxTerminationMessage = 4096
+
+// WriteTerminationMessage leaves err's text at path (TerminationLog in a node Job's pod) for the
+// sequencer, cut to what the kubelet keeps; where it cannot, nothing is lost but that message.
+func WriteTerminationMessage(path string, err error) error {
+	msg := err.Error()
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage-3] + "..."
+	}
+	if werr := os.WriteFile(path, []byte(msg), 0o644); werr != nil {
+		return fmt.Errorf("write the termination message: %w", werr)
+	}
+	return nil
+}
+
 // SumsFile is the name of the checksum list beside a release's binaries: `sha256sum` output,
 // "HEX  NAME" a line.
 const SumsFile = "SHA256SUMS"

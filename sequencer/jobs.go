@@ -45,6 +45,27 @@ func jobState(j *batchv1.Job) JobState {
 	return st
 }
 
+// failedSteps says what the failed pods of Job j said as they ended (their termination
+// messages, the step's error or the end of its log), the last one's, or "".
+func (r *Reconciler) failedSteps(ctx context.Context, j *batchv1.Job) (string, error) {
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
+		return "", fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	var last time.Time
+	msg := ""
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			t := cs.State.Terminated
+			if t == nil || t.ExitCode == 0 || strings.TrimSpace(t.Message) == "" || t.FinishedAt.Time.Before(last) {
+				continue
+			}
+			last, msg = t.FinishedAt.Time, fmt.Sprintf("pod %s exited %d: %s", p.Name, t.ExitCode, strings.TrimSpace(t.Message))
+		}
+	}
+	return msg, nil
+}
+
 // stuckReasons are the container waiting reasons that do not clear without a change.
 var stuckReasons = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
@@ -194,7 +215,9 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
 		ServiceAccountName: r.jobAccount,
-		Containers:         []corev1.Container{{Name: "upgrade", Image: image, Env: env}},
+		// The step's error, or the end of its log, is what the plan says of a failed step.
+		Containers: []corev1.Container{{Name: "upgrade", Image: image, Env: env,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError}},
 	}
 	if node != "" {
 		labels[LabelNode] = node
@@ -225,7 +248,13 @@ func (r *Reconciler) createJob(ctx context.Context, plan *v1beta1.UpgradePlan, n
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace, Name: jobName(plan.Name, node, plan.Status.Retries), Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: &backoff,
-			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+			// A step that says running it again would repeat its failure (nodestep.ExitPermanent)
+			// fails its Job at once: a release that does not come up is not applied again.
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:      batchv1.PodFailurePolicyActionFailJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{nodestep.ExitPermanent}},
+			}}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
 	}
 	if r.jobTimeout > 0 {

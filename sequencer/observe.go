@@ -120,6 +120,15 @@ func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan,
 			continue
 		}
 		st := jobState(j)
+		if st.Failed {
+			said, err := r.failedSteps(ctx, j)
+			if err != nil {
+				return err
+			}
+			if said != "" {
+				st.Message += "; " + said
+			}
+		}
 		if !st.Succeeded && !st.Failed {
 			var err error
 			if st.Stuck, err = r.stuck(ctx, j); err != nil {

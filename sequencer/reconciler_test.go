@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/nodestep"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/report"
@@ -255,6 +256,13 @@ func (k *cluster) jobs(seen map[string]int, fail string) {
 		typ := batchv1.JobComplete
 		if j.Name == fail {
 			typ = batchv1.JobFailed
+			// The step's pod, ended with its error as its termination message.
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name + "-abcde",
+				Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			require.NoError(k.t, k.c.Create(k.t.Context(), pod))
+			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "upgrade", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 86, Message: "node cp-1: the release's kube-apiserver did not come up within 5m0s\n", FinishedAt: metav1.NewTime(k.now)}}}}
+			require.NoError(k.t, k.c.Status().Update(k.t.Context(), pod))
 		}
 		j.Status.Conditions = []batchv1.JobCondition{{Type: typ, Status: corev1.ConditionTrue, Reason: "Test", Message: "played by the test"}}
 		require.NoError(k.t, k.c.Status().Update(k.t.Context(), j))
@@ -488,6 +496,25 @@ func TestReconcileClusterJobFails(t *testing.T) {
 	require.Equal(t, "ClusterJobFailed", c.Reason)
 	require.Contains(t, c.Message, "ClusterUpgrading failed: job upgrade-repo/up-cluster failed")
 	require.True(t, p.Status.Agents.Hold, "a failed plan keeps the ISO on the nodes for a retry")
+}
+
+// A node Job that fails at once on a step that says running it again would repeat it
+// (nodestep.ExitPermanent, the pod failure policy) fails the plan saying what the step said.
+func TestReconcileNodeJobFailsWithTheStepsError(t *testing.T) {
+	t.Parallel()
+	k := newCluster(t, newPlan("up", nil))
+	p := k.run("up", 300, "up-node-cp-1", 2, 2, nil)
+	require.Equal(t, v1beta1.PhaseFailed, p.Status.Phase, "conditions: %+v", p.Status.Conditions)
+	require.Equal(t, v1beta1.PhaseNodeUpgrading, p.Status.FailedPhase)
+	s := p.Status.NodeUpgradeStatuses["cp-1"]
+	require.Equal(t, v1beta1.NodeUpgradeFailed, s.State)
+	require.Contains(t, s.Message, "pod up-node-cp-1-abcde exited 86: node cp-1: the release's kube-apiserver did not come up within 5m0s")
+	var job batchv1.Job
+	require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Namespace: testNS, Name: "up-node-cp-1"}, &job))
+	require.NotNil(t, job.Spec.PodFailurePolicy)
+	require.Equal(t, []int32{nodestep.ExitPermanent}, job.Spec.PodFailurePolicy.Rules[0].OnExitCodes.Values)
+	require.Equal(t, batchv1.PodFailurePolicyActionFailJob, job.Spec.PodFailurePolicy.Rules[0].Action)
+	require.Equal(t, corev1.TerminationMessageFallbackToLogsOnError, job.Spec.Template.Spec.Containers[0].TerminationMessagePolicy)
 }
 
 func TestReconcileDrainBlockedByPDB(t *testing.T) {

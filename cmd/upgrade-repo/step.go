@@ -86,5 +86,21 @@ func runStep(ctx context.Context, a *app, args []string) error {
 	default:
 		s.Etcd = etcd
 	}
-	return s.Run(ctx)
+	return stepExit(a, s.Run(ctx), nodestep.TerminationLog)
+}
+
+// stepExit leaves a node step's error where the sequencer reads it (the pod's termination
+// message, at path) and gives a failure that running the step again would repeat its exit status
+// (nodestep.ExitPermanent), on which the node Job fails at once.
+func stepExit(a *app, err error, path string) error {
+	if err == nil {
+		return nil
+	}
+	if werr := nodestep.WriteTerminationMessage(path, err); werr != nil {
+		a.log.Warn("the step's error is in its log only", "err", werr)
+	}
+	if errors.Is(err, nodestep.ErrPermanent) {
+		return &cli.ExitCodeError{Code: nodestep.ExitPermanent, Err: err}
+	}
+	return err
 }

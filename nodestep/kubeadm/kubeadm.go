@@ -274,7 +274,8 @@ func (s *Step) Run(ctx context.Context) error {
 		}
 		if out, err := s.kubeadm(ctx, log, staged, args...); err != nil {
 			if why := ApplyFailure(out); why != "" {
-				return fmt.Errorf("node %s: %s: %w", s.Node, why, err)
+				// kubeadm put the node back: the same release would fail the same way again.
+				return fmt.Errorf("node %s: %s (%w): %w", s.Node, why, nodestep.ErrPermanent, err)
 			}
 			return err
 		}

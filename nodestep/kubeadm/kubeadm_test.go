@@ -72,6 +72,7 @@ type fakeHost struct {
 	ran      []string
 	kubeadm  string // what `kubeadm version -o short` says
 	fail     string // a command prefix that fails
+	failOut  string // what it prints as it fails (default "boom")
 	onReboot func()
 }
 
@@ -81,6 +82,9 @@ func (h *fakeHost) Run(_ context.Context, name string, args ...string) ([]byte, 
 	cmd := strings.TrimSpace(filepath.Base(name) + " " + strings.Join(args, " "))
 	h.ran = append(h.ran, cmd)
 	if h.fail != "" && strings.HasPrefix(cmd, h.fail) {
+		if h.failOut != "" {
+			return []byte(h.failOut), errors.New("exit status 1")
+		}
 		return []byte("boom"), errors.New("exit status 1")
 	}
 	switch {
@@ -167,6 +171,8 @@ func TestStepRun(t *testing.T) {
 		controlPln bool
 		force      bool
 		hostFail   string
+		hostOut    string   // what the failing command prints
+		permanent  bool     // the error says running the step again would repeat it
 		wantCmds   []string // in order, a subset of what ran
 		wantErr    string
 		unchanged  bool // the node's binaries must be the old ones afterwards
@@ -188,6 +194,13 @@ func TestStepRun(t *testing.T) {
 			name: "kubeadm fails: the kubelet is left alone", cp: "v1.33.13", kubelet: "v1.33.13", controlPln: true, hostFail: "kubeadm upgrade apply",
 			wantErr: "kubeadm upgrade apply v1.34.4 --yes", wantStages: []string{"KubernetesUpgrading"},
 		},
+		{
+			name: "the release's control plane does not come up: every binary as it was, and not run again", cp: "v1.33.13", kubelet: "v1.33.13", controlPln: true,
+			hostFail: "kubeadm upgrade apply", permanent: true,
+			hostOut: "couldn't upgrade control plane. kubeadm has tried to recover everything into the earlier state. Errors faced: " +
+				"static Pod hash for component kube-apiserver on Node n1 did not change after 5m0s: context deadline exceeded",
+			wantErr: "node n1: the release's kube-apiserver did not come up within 5m0s; kubeadm restored", wantStages: []string{"KubernetesUpgrading"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,7 +217,7 @@ func TestStepRun(t *testing.T) {
 					[]byte("spec:\n  containers:\n  - image: registry.k8s.io/kube-apiserver:"+tt.cp+"\n"), 0o600))
 			}
 			cs := fake.NewClientset(node("n1", tt.kubelet, true), kubeadmConfig(tt.cp))
-			host := &fakeHost{kubeadm: "v1.34.4", fail: tt.hostFail}
+			host := &fakeHost{kubeadm: "v1.34.4", fail: tt.hostFail, failOut: tt.hostOut}
 			host.onReboot = func() {
 				n := node("n1", "v1.34.4", true)
 				_, err := cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
@@ -221,6 +234,7 @@ func TestStepRun(t *testing.T) {
 			if tt.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tt.wantErr)
+				assert.Equal(t, tt.permanent, errors.Is(err, nodestep.ErrPermanent), "permanent: %v", err)
 			} else {
 				require.NoError(t, err)
 			}

@@ -29,6 +29,9 @@ var ErrTimeout = errors.New("timed out")
 // 3 for a timeout, 1 for any other, 0 for none and for flag.ErrHelp (the usage was asked for and
 // printed).
 func ExitStatus(err error) int {
+	if ec, ok := errors.AsType[*ExitCodeError](err); ok {
+		return ec.Code
+	}
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
@@ -111,3 +114,17 @@ func CheckOutput(got string, formats ...string) error {
 	}
 	return fmt.Errorf("%w: -o must be %s, got %q", ErrUsage, list, got)
 }
+
+// ExitCodeError is an error that ends the command with exit status Code.
+type ExitCodeError struct {
+	// Code is the exit status.
+	Code int
+	// Err is the error.
+	Err error
+}
+
+// Error returns Err's text.
+func (e *ExitCodeError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *ExitCodeError) Unwrap() error { return e.Err }

@@ -21,6 +21,7 @@ func TestExitStatus(t *testing.T) {
 		{errors.New("boom"), 1},
 		{fmt.Errorf("%w: --iso is required", ErrUsage), 2},
 		{fmt.Errorf("wait for the plan: %w", ErrTimeout), 3},
+		{fmt.Errorf("step: %w", &ExitCodeError{Code: 86, Err: errors.New("kube-apiserver did not come up")}), 86},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, ExitStatus(tt.err), "%v", tt.err)
