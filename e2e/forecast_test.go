@@ -40,7 +40,9 @@ func diskRefusedBeforeDownload(t *testing.T, c *cluster, upgradeImage, target st
 	t.Helper()
 	node := c.nodes[len(c.nodes)-1].Name
 	restore := func(ctx context.Context) error {
-		_, err := nodeCmd(ctx, node, "sh", "-c", "if [ -f "+kubeletConfig+".e2e ]; then mv "+kubeletConfig+".e2e "+kubeletConfig+"; fi")
+		// In place, as it was changed: the agent's mount of that one file follows its inode, and
+		// a file moved over it would be another.
+		_, err := nodeCmd(ctx, node, "sh", "-c", "if [ -f "+kubeletConfig+".e2e ]; then cat "+kubeletConfig+".e2e > "+kubeletConfig+" && rm "+kubeletConfig+".e2e; fi")
 		return err
 	}
 	t.Cleanup(func() { _ = restore(context.Background()) })
