@@ -156,7 +156,10 @@ func compareDisk(t *testing.T, plan *apiv1beta1.UpgradePlan, before, after map[s
 		actual := after[f.Node] - before[f.Node]
 		t.Logf("%s: predicted %d bytes of images (%d stored, %d unpacked, estimated %t), actual %d (containerd's content and snapshots before %d, after %d)",
 			f.Node, predicted, f.ImagesStoredBytes, f.ImagesUnpackedBytes, f.Estimated, actual, before[f.Node], after[f.Node])
-		require.InEpsilon(t, float64(actual), float64(predicted), 0.10, "node %s: predicted against actual bytes after the preload", f.Node)
+		// The forecast may err high (it counts each image as stored and as unpacked in full), never
+		// low by more than 10%: a node it passes must have the room.
+		require.LessOrEqual(t, float64(actual), 1.10*float64(predicted), "node %s: actual bytes after the preload against the forecast", f.Node)
+		t.Logf("%s: actual / predicted %.2f", f.Node, float64(actual)/float64(predicted))
 	}
 }
 
