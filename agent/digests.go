@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
 	"os"
@@ -30,6 +31,8 @@ var sha512Hex = regexp.MustCompile(`^[a-f0-9]{128}$`)
 type imageDigests struct {
 	mu    sync.Mutex
 	byISO map[string][]preload.ImageDigest
+	// read is closed, for each ISO, once its read ended (see readImages), whatever its outcome.
+	read map[string]chan struct{}
 }
 
 func (d *imageDigests) set(hex string, images []preload.ImageDigest) {
@@ -39,6 +42,49 @@ func (d *imageDigests) set(hex string, images []preload.ImageDigest) {
 		d.byISO = map[string][]preload.ImageDigest{}
 	}
 	d.byISO[hex] = images
+}
+
+// readChan returns the channel closed once the read of the ISO hex ended. d.mu is held.
+func (d *imageDigests) readChan(hex string) chan struct{} {
+	if d.read == nil {
+		d.read = map[string]chan struct{}{}
+	}
+	c, ok := d.read[hex]
+	if !ok {
+		c = make(chan struct{})
+		d.read[hex] = c
+	}
+	return c
+}
+
+// ended marks the read of the ISO hex ended.
+func (d *imageDigests) ended(hex string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.readChan(hex)
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// wait returns what the archives of the ISO hex say its images are, once its read ended; none,
+// with an error, when the read found none, and ctx's error when ctx ends first.
+func (d *imageDigests) wait(ctx context.Context, hex string) ([]preload.ImageDigest, error) {
+	d.mu.Lock()
+	c := d.readChan(hex)
+	d.mu.Unlock()
+	select {
+	case <-c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	images, ok := d.get(hex)
+	if !ok {
+		return nil, errors.New("the node could not read the image digests of the ISO")
+	}
+	return images, nil
 }
 
 func (d *imageDigests) get(hex string) ([]preload.ImageDigest, bool) {
@@ -52,6 +98,7 @@ func (d *imageDigests) drop(hex string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.byISO, hex)
+	delete(d.read, hex)
 }
 
 // ServeHTTP answers GET ImageDigestsPath<sha512>.
@@ -72,8 +119,10 @@ func (d *imageDigests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // directory so that a restart does not read them again), serves it at ImageDigestsPath and pins
 // the mirror's list of the release to it. It runs beside the preload and needs nothing of the
 // image store: what the store holds under a tag never becomes a pin. A failure is logged; the
-// images whose archives could be read are pinned.
+// images whose archives could be read are pinned. The preload waits for its end (see
+// imageDigests.wait) to tell the release's images from others the store holds under their names.
 func (a *Agent) readImages(ctx context.Context, path, hex string) {
+	defer a.digests.ended(hex)
 	fsys, f, err := iso.OpenFile(path)
 	if err != nil {
 		a.log.Warn("read the release's image digests: open the ISO", "err", err)

@@ -290,7 +290,10 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 		rel = releaseName(fsys, hex)
 		a.archiveLists(rel, fs.FS(fsys))
 		sources := []preload.Source{preload.NewFSSource("iso", fsys)}
-		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel)}
+		// The release's digests are those readImages reads beside the preload, once.
+		digests := func(ctx context.Context) ([]preload.ImageDigest, error) { return a.digests.wait(ctx, hex) }
+		opts := []preload.Option{preload.WithLogger(a.log), preload.WithRetry(a.cfg.PreloadRetry, 0), preload.WithPin(rel),
+			preload.WithDigests(digests)}
 		p, err := preload.New(a.images, sources, append(opts, preload.WithRegisterer(prometheus.NewRegistry()))...)
 		if err != nil {
 			return err

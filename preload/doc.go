@@ -2,7 +2,10 @@
 //
 // It reads the release's bundle index and image lists from an fs.FS (the ISO on this node, or the
 // repo Service through HTTPSource), asks the Store which listed images are already present, and
-// plans: an archive whose images are all present is skipped, any other archive is imported.
+// plans: an archive whose images are all present is skipped, any other archive is imported. An
+// image the Store holds under a listed name is present only when it is the release's (see
+// ImageDigest.Match and DigestReader): held as another image, its archive is imported and the
+// name pointed to the release's image.
 // Archives are streamed from the first Source that has them (the ISO, then peers, then the repo
 // Service with resume by Range), decompressed with zstd on the fly and handed to the Store's
 // import; the archive is never written whole to a temporary file. Archives import in parallel up

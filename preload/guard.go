@@ -36,8 +36,9 @@ type Restore struct {
 }
 
 // Guard keeps a release's listed images in a Store: whenever one goes missing (the kubelet's image
-// garbage collection, an operator's "crictl rmi"), it imports again the archives that hold the
-// missing images, from the same sources as the preload. Create it with NewGuard; Run it once.
+// garbage collection, an operator's "crictl rmi"), or at a check its name points to another image
+// than the release's, it imports again the archives that hold those images, from the same sources
+// as the preload. Create it with NewGuard; Run it once.
 type Guard struct {
 	store     Store
 	sources   []Source
@@ -136,10 +137,17 @@ func (g *Guard) Run(ctx context.Context, meta fs.FS) error {
 			}
 		})
 	}
+	// One Preloader judges what the store holds, with the release's digests read at most once
+	// for the guard's life; every repair's Preloader shares them.
+	judge, err := New(g.store, g.sources, g.opts...)
+	if err != nil {
+		return fmt.Errorf("preload guard: %w", err)
+	}
+	digests := judge.releaseDigests(meta)
 	tick := time.NewTicker(g.interval)
 	defer tick.Stop()
 	for {
-		g.check(ctx, meta, refs)
+		g.check(ctx, meta, refs, judge, digests)
 		g.countPinned(ctx, refs)
 		select {
 		case <-ctx.Done():
@@ -165,9 +173,10 @@ func (g *Guard) watch(ctx context.Context, w Watcher, removed func(string)) {
 	}
 }
 
-// check imports again the archives of the listed images the store lacks.
-func (g *Guard) check(ctx context.Context, meta fs.FS, refs []string) {
-	missing, err := g.store.Missing(ctx, refs)
+// check imports again the archives of the listed images the store lacks or holds as another image
+// than the release's, as judge finds with digests.
+func (g *Guard) check(ctx context.Context, meta fs.FS, refs []string, judge *Preloader, digests *lazyDigests) {
+	missing, _, err := judge.check(ctx, refs, digests)
 	if err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn("checking the release's images failed", "err", err)
@@ -178,7 +187,7 @@ func (g *Guard) check(ctx context.Context, meta fs.FS, refs []string) {
 		return
 	}
 	g.log.Warn("release images went missing, importing them again", "images", len(missing), "first", missing[0])
-	p, err := New(g.store, g.sources, g.opts...)
+	p, err := New(g.store, g.sources, append(slices.Clone(g.opts), WithDigests(digests.get))...)
 	if err != nil {
 		g.log.Error("repair release images", "err", err)
 		return
@@ -195,7 +204,7 @@ func (g *Guard) check(ctx context.Context, meta fs.FS, refs []string) {
 		return
 	}
 	// The store has the last word on what is back.
-	still, err := g.store.Missing(ctx, missing)
+	still, _, err := judge.check(ctx, missing, digests)
 	if err != nil {
 		g.log.Warn("checking the repaired images failed", "err", err)
 		return

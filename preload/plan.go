@@ -32,6 +32,9 @@ type Step struct {
 	ArchiveImages
 	// Missing are the listed images the store lacks when the plan is made.
 	Missing []string `json:"missing,omitempty"`
+	// Replace are the images of Missing the store holds under their name as another image than
+	// the release's: the import points the name to the release's.
+	Replace []Mismatch `json:"replace,omitempty"`
 	// Action is what the preload does with the archive.
 	Action Action `json:"action"`
 	// Reason says why, for people.
@@ -101,28 +104,50 @@ func LoadArchives(fsys fs.FS) ([]ArchiveImages, error) {
 
 // MakePlan decides, for each archive, whether to import it: an archive is skipped when the store
 // holds every image its list names (or the list names none) and imported otherwise. It asks p
-// once for all listed images and changes nothing.
+// once for all listed images and changes nothing. It judges images by name; a Preloader's Plan
+// also compares the digests of the images the store holds with the release's.
 func MakePlan(ctx context.Context, p Presence, archives []ArchiveImages) (*Plan, error) {
+	return makePlan(ctx, func(ctx context.Context, refs []string) ([]string, []Mismatch, error) {
+		missing, err := p.Missing(ctx, refs)
+		return missing, nil, err
+	}, archives)
+}
+
+// checkFunc returns the references of refs the store lacks and, among them, those it holds as
+// another image than the release's.
+type checkFunc func(ctx context.Context, refs []string) ([]string, []Mismatch, error)
+
+// makePlan is MakePlan over check.
+func makePlan(ctx context.Context, check checkFunc, archives []ArchiveImages) (*Plan, error) {
 	var all []string
 	for _, a := range archives {
 		all = append(all, a.Images...)
 	}
 	missing := map[string]bool{}
+	replace := map[string]Mismatch{}
 	if len(all) > 0 {
-		m, err := p.Missing(ctx, all)
+		m, r, err := check(ctx, all)
 		if err != nil {
 			return nil, fmt.Errorf("check present images: %w", err)
 		}
 		for _, ref := range m {
 			missing[ref] = true
 		}
+		for _, x := range r {
+			replace[x.Ref] = x
+		}
 	}
 	plan := &Plan{Steps: make([]Step, 0, len(archives))}
 	for _, a := range archives {
 		s := Step{ArchiveImages: a}
+		var held []string
 		for _, ref := range a.Images {
 			if missing[ref] {
 				s.Missing = append(s.Missing, ref)
+			}
+			if x, ok := replace[ref]; ok {
+				s.Replace = append(s.Replace, x)
+				held = append(held, x.String())
 			}
 		}
 		switch {
@@ -134,6 +159,9 @@ func MakePlan(ctx context.Context, p Presence, archives []ArchiveImages) (*Plan,
 			s.Action = ActionImport
 			s.Reason = fmt.Sprintf("%d of %d listed images are missing: %s",
 				len(s.Missing), len(a.Images), summarize(s.Missing, 3))
+			if len(held) > 0 {
+				s.Reason += fmt.Sprintf("; held as another image than the release's: %s", summarize(held, 3))
+			}
 		}
 		plan.Steps = append(plan.Steps, s)
 	}

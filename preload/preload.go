@@ -58,6 +58,7 @@ type Preloader struct {
 	copyDir     string
 	limit       *rate.Limiter
 	pin         string
+	digests     func(context.Context) ([]ImageDigest, error)
 	m           *metrics
 
 	mu     sync.Mutex
@@ -152,15 +153,22 @@ func (p *Preloader) Status() Status {
 }
 
 // Plan reads the release's bundle and image lists from meta and decides what Run would do,
-// changing nothing.
+// changing nothing. A listed image the store holds by name as another image than the release's
+// (see WithDigests) is missing, and in its step's Replace.
 func (p *Preloader) Plan(ctx context.Context, meta fs.FS) (*Plan, error) {
 	archives, err := LoadArchives(meta)
 	if err != nil {
 		return nil, err
 	}
-	var plan *Plan
+	return p.plan(ctx, archives, p.releaseDigests(meta))
+}
+
+// plan is Plan over the archives read, comparing the images the store holds with digests.
+func (p *Preloader) plan(ctx context.Context, archives []ArchiveImages, digests *lazyDigests) (plan *Plan, err error) {
 	err = p.retryTransient(ctx, "plan", func() error {
-		plan, err = MakePlan(ctx, p.store, archives)
+		plan, err = makePlan(ctx, func(ctx context.Context, refs []string) ([]string, []Mismatch, error) {
+			return p.check(ctx, refs, digests)
+		}, archives)
 		return err
 	})
 	return plan, err
@@ -186,7 +194,13 @@ func (p *Preloader) retryTransient(ctx context.Context, what string, f func() er
 // every archive's *ArchiveError and ErrIncomplete when images are still missing.
 func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) {
 	p.setStatus(Status{State: StatePreloading, Reason: ReasonPlanned})
-	plan, err := p.Plan(ctx, meta)
+	// The release's digests are read at most once for the plan and the check after the imports.
+	digests := p.releaseDigests(meta)
+	archives, err := LoadArchives(meta)
+	var plan *Plan
+	if err == nil {
+		plan, err = p.plan(ctx, archives, digests)
+	}
 	if err != nil {
 		st := p.finish(StateFailed, ReasonMetadataFailed, err.Error())
 		return nil, st, err
@@ -223,10 +237,15 @@ func (p *Preloader) Run(ctx context.Context, meta fs.FS) (*Plan, Status, error) 
 	for _, s := range plan.Steps {
 		all = append(all, s.Images...)
 	}
+	// The archives imported named their images, so digests are compared only when the plan
+	// needed them: an image that was held as another, or a name changed since.
+	if !digests.asked() {
+		digests = nil
+	}
 	var missing []string
 	if len(all) > 0 {
 		err = p.retryTransient(ctx, "check present images", func() (err error) {
-			missing, err = p.store.Missing(ctx, all)
+			missing, _, err = p.check(ctx, all, digests)
 			return err
 		})
 		if err != nil {

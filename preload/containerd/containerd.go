@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,6 +278,43 @@ func (s *Store) Missing(ctx context.Context, refs []string) ([]string, error) {
 	return missing, nil
 }
 
+var _ preload.DigestReader = (*Store)(nil)
+
+// Held implements preload.DigestReader: for each of refs present with complete content (as
+// Missing judges it), the digest its name points to and the configs of its complete manifests.
+func (s *Store) Held(ctx context.Context, refs []string) ([]preload.Held, error) {
+	ctx = s.nsctx(ctx)
+	imgs, err := s.client.ImageService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", classify(err))
+	}
+	byName := make(map[string]ocispec.Descriptor, len(imgs))
+	for _, img := range imgs {
+		byName[img.Name] = img.Target
+	}
+	c := &checker{cs: s.client.ContentStore(), known: map[digest.Digest]bool{}}
+	var out []preload.Held
+	for _, ref := range refs {
+		target, ok := byName[ref]
+		if !ok {
+			continue
+		}
+		ok, err := c.complete(ctx, target, 0)
+		if err != nil {
+			return nil, fmt.Errorf("check %s: %w", ref, classify(err))
+		}
+		if !ok {
+			continue
+		}
+		configs, err := c.configs(ctx, target, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read the configs of %s: %w", ref, classify(err))
+		}
+		out = append(out, preload.Held{Ref: ref, Target: target.Digest.String(), Configs: configs})
+	}
+	return out, nil
+}
+
 // checker checks content completeness, remembering blobs it has seen within one call.
 type checker struct {
 	cs    content.Store
@@ -333,6 +371,44 @@ func (c *checker) complete(ctx context.Context, desc ocispec.Descriptor, depth i
 	default:
 		return c.has(ctx, desc.Digest)
 	}
+}
+
+// configs returns the config digests of the complete manifests desc is or its indexes name, each
+// once.
+func (c *checker) configs(ctx context.Context, desc ocispec.Descriptor, depth int) ([]string, error) {
+	if depth > maxDepth {
+		return nil, nil
+	}
+	switch {
+	case images.IsIndexType(desc.MediaType):
+		var idx ocispec.Index
+		if ok, err := c.readJSON(ctx, desc, &idx); !ok || err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, m := range idx.Manifests {
+			cs, err := c.configs(ctx, m, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range cs {
+				if !slices.Contains(out, d) {
+					out = append(out, d)
+				}
+			}
+		}
+		return out, nil
+	case images.IsManifestType(desc.MediaType):
+		if ok, err := c.complete(ctx, desc, depth); !ok || err != nil {
+			return nil, err
+		}
+		var m ocispec.Manifest
+		if ok, err := c.readJSON(ctx, desc, &m); !ok || err != nil {
+			return nil, err
+		}
+		return []string{m.Config.Digest.String()}, nil
+	}
+	return nil, nil
 }
 
 func (c *checker) readJSON(ctx context.Context, desc ocispec.Descriptor, v any) (bool, error) {
@@ -412,23 +488,49 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (names []string, err er
 	}
 	is := s.client.ImageService()
 	for _, img := range imgs {
-		img.Labels = map[string]string{criLabel: "managed"}
-		if _, err := is.Update(ctx, img, "target", "labels."+criLabel); err != nil {
-			if !errdefs.IsNotFound(err) {
-				return names, fmt.Errorf("update image %s: %w", img.Name, classify(err))
-			}
-			_, err := is.Create(ctx, img)
-			if errdefs.IsAlreadyExists(err) {
-				// Created by a concurrent import of the same image in between.
-				_, err = is.Update(ctx, img, "target", "labels."+criLabel)
-			}
-			if err != nil {
-				return names, fmt.Errorf("create image %s: %w", img.Name, classify(err))
-			}
+		if err := s.name(ctx, is, img); err != nil {
+			return names, err
 		}
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// name points img's name to img's target, creating the image or updating the one of that name.
+// A name that pointed to another image loses the pins this store set on that image (see Pin):
+// they were claims on the image the name held, and the preload claims the new one for its
+// release as soon as the import returns. The image the name held is left to the garbage
+// collector.
+func (s *Store) name(ctx context.Context, is images.Store, img images.Image) error {
+	img.Labels = map[string]string{criLabel: "managed"}
+	fields := []string{"target", "labels." + criLabel}
+	old, err := is.Get(ctx, img.Name)
+	switch {
+	case errdefs.IsNotFound(err):
+		_, err := is.Create(ctx, img)
+		if !errdefs.IsAlreadyExists(err) {
+			if err != nil {
+				return fmt.Errorf("create image %s: %w", img.Name, classify(err))
+			}
+			return nil
+		}
+		// Created by a concurrent import of the same image in between.
+	case err != nil:
+		return fmt.Errorf("get image %s: %w", img.Name, classify(err))
+	case old.Target.Digest != img.Target.Digest:
+		fields = append(fields, pinFields(old.Labels)...)
+		s.log.Info("image name pointed to another image than the archive's: pointing it to the archive's",
+			"image", img.Name, "held", old.Target.Digest, "archive", img.Target.Digest)
+	}
+	_, err = is.Update(ctx, img, fields...)
+	if errdefs.IsNotFound(err) {
+		// Removed in between: created again.
+		_, err = is.Create(ctx, img)
+	}
+	if err != nil {
+		return fmt.Errorf("update image %s: %w", img.Name, classify(err))
+	}
+	return nil
 }
 
 // unpackAll unpacks imgs: from the layers st extracted while the archive was read, then, for

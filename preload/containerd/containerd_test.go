@@ -33,6 +33,8 @@ import (
 // sharing a layer (one without a platform in its config) and an OCI-layout archive of two.
 type release struct {
 	docker, oci preloadtest.Archive
+	// images are the release's images by reference.
+	images map[string]v1.Image
 }
 
 func newRelease(t *testing.T) release {
@@ -55,6 +57,7 @@ func newRelease(t *testing.T) release {
 			Refs: []string{delta.Ref, eps.Ref},
 			Data: preloadtest.Zstd(t, preloadtest.OCIArchive(t, delta, eps)),
 		},
+		images: map[string]v1.Image{alpha.Ref: alpha.Img, beta.Ref: beta.Img, noPlatform.Ref: noPlatform.Img, delta.Ref: delta.Img, eps.Ref: eps.Img},
 	}
 }
 

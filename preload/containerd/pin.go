@@ -141,6 +141,24 @@ func (s *Store) Pinned(ctx context.Context, refs []string) (int, error) {
 	return n, nil
 }
 
+// pinFields returns the update fields that remove, from an image with labels, the pins this store
+// set: every claim, the record of an earlier pin, and the pinned label unless it was there before
+// the first claim (an operator's).
+func pinFields(labels map[string]string) []string {
+	var fields []string
+	for _, rel := range claims(labels) {
+		fields = append(fields, "labels."+ClaimLabelPrefix+rel)
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	fields = append(fields, "labels."+pinnedBeforeLabel)
+	if labels[pinnedBeforeLabel] == "" {
+		fields = append(fields, "labels."+PinnedLabel)
+	}
+	return fields
+}
+
 // claims returns the releases that claim an image with labels.
 func claims(labels map[string]string) []string {
 	var out []string

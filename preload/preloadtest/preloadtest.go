@@ -25,7 +25,10 @@ type Store struct {
 	present map[string]bool
 	// contents maps an archive's uncompressed bytes to the images importing it creates.
 	contents map[string][]string
-	imports  int
+	// held is what the store holds under a name, where a test said; imported is what importing
+	// a name makes it hold.
+	held, imported map[string]preload.Held
+	imports        int
 	// MissingErr, when set, is returned by Missing; ImportErr by Import after reading the stream.
 	MissingErr error
 	ImportErr  error
@@ -35,7 +38,7 @@ var _ preload.Store = (*Store)(nil)
 
 // NewStore returns a Store holding the present images.
 func NewStore(present ...string) *Store {
-	s := &Store{present: map[string]bool{}, contents: map[string][]string{}}
+	s := &Store{present: map[string]bool{}, contents: map[string][]string{}, held: map[string]preload.Held{}, imported: map[string]preload.Held{}}
 	for _, r := range present {
 		s.present[r] = true
 	}
@@ -83,8 +86,57 @@ func (s *Store) Import(_ context.Context, r io.Reader) ([]string, error) {
 	}
 	for _, ref := range refs {
 		s.present[ref] = true
+		if h, ok := s.imported[ref]; ok {
+			s.held[ref] = h
+		} else {
+			delete(s.held, ref)
+		}
 	}
 	return slices.Clone(refs), nil
+}
+
+var _ preload.DigestReader = (*Store)(nil)
+
+// Hold makes the store hold h under h.Ref, present.
+func (s *Store) Hold(h preload.Held) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.present[h.Ref] = true
+	s.held[h.Ref] = h
+}
+
+// ImportsAs declares that an import that creates h.Ref makes the store hold h under it; without
+// it, the import leaves what the store holds under the name unknown.
+func (s *Store) ImportsAs(h preload.Held) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.imported[h.Ref] = h
+}
+
+// Held implements preload.DigestReader, for the present images the store was told what it holds
+// under (Hold, ImportsAs): unlike a real store's, it leaves the others out, so they are judged by
+// name as in a store without the capability.
+func (s *Store) Held(_ context.Context, refs []string) ([]preload.Held, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.MissingErr != nil {
+		return nil, s.MissingErr
+	}
+	var out []preload.Held
+	for _, r := range refs {
+		if h, ok := s.held[r]; ok && s.present[r] {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// HeldAs returns what the store holds under ref, when it knows.
+func (s *Store) HeldAs(ref string) (preload.Held, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[ref]
+	return h, ok
 }
 
 // Imports returns how many times Import was called.
