@@ -250,21 +250,10 @@ func TestKubeadmBadRelease(t *testing.T) {
 	for _, n := range c.nodes {
 		placeFile(t, n.Name, filepath.Join(dir, "release.iso"), originHostDir+"/bad.iso")
 	}
-	// The release built to fail names its API server as the target's release does. The nodes
-	// still hold the target's own from the upgrade TestKubeadmRollback rolled back, and the
-	// preload takes an image it holds by name as present: remove it, as a cluster that never ran
-	// the target has none.
-	apiserver := "registry.k8s.io/kube-apiserver:" + os.Getenv("E2E_KUBEADM_TARGET")
-	for _, n := range c.nodes {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		out, err := nodeCmd(ctx, n.Name, "ctr", "-n", "k8s.io", "images", "ls", "name=="+apiserver)
-		cancel()
-		require.NoError(t, err)
-		if strings.Contains(out, apiserver) {
-			removeImageNamed(t, n.Name, manifestDigest(t, n.Name, apiserver))
-			t.Logf("removed %s from %s", apiserver, n.Name)
-		}
-	}
+	// The release built to fail names its API server as the target's release does, and the nodes
+	// still hold the target's own under that name from the upgrade TestKubeadmRollback rolled
+	// back: the preload compares the digest the name points to with the release's and imports the
+	// release's image, so the bad API server is what kubeadm starts.
 	agentsFollowPlans(t, c, rel)
 	badURL := strings.TrimSuffix(originURL(c), "release.iso") + "bad.iso"
 	recreate(t, c, &apiv1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: version},
