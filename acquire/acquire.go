@@ -12,12 +12,12 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/fetch"
 	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // Source says where an ISO comes from: a local Path, or a URL with its Checksum and the

@@ -16,7 +16,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
-	"github.com/upgrade-repo/upgrade-repo/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/registry"
 )

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/printable"
+	"github.com/upgrade-repo/upgrade-repo/internal/printable"
 )
 
 // StepPath is where an upgrade image's node step reports its stage to its own node's agent:

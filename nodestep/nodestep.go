@@ -33,8 +33,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 )
 
 // Env is what the sequencer tells a node Job through its environment. cmd reads it with

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 )
 
 // ErrAPIUnavailable is wrapped by the error of a RetryingClient's call that gave up: the API

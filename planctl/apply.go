@@ -18,7 +18,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // ErrInvalid marks a request that cannot be made as given (a URL that is not http or https, a

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/printable"
+	"github.com/upgrade-repo/upgrade-repo/internal/printable"
 )
 
 // MessageWidth is how many characters of a node's reason and message the table shows; the JSON

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 )
 
 // Watcher is an optional capability of a Store, found by type assertion: it tells of images

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
-	"github.com/upgrade-repo/upgrade-repo/httprange"
-	"github.com/upgrade-repo/upgrade-repo/idle"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // maxMetadataBytes bounds the metadata files HTTPSource reads into memory as an fs.FS.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 )
 
 // resumer reads one archive from a source and, when a read fails with anything but io.EOF,

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 )
 

@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 )
 
 // maxRanges bounds the byte ranges of one request. Every range is a part of a multipart

@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/backoff"
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/suc"
 )

@@ -24,7 +24,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 

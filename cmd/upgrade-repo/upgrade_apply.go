@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // sequencerPods selects the sequencer's own replicas among the pods of its namespace, as the

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/internal/printable"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
-	"github.com/upgrade-repo/upgrade-repo/printable"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 

@@ -97,7 +97,7 @@ var rules = []rule{
 	{
 		name:      "peer/inventory knows what members say they hold, not where the bytes are or how they move",
 		applies:   under("peer/inventory"),
-		forbidden: ours("peer/cache", "peer/fetch", "peer/serve", "peer/memberlist", "redact"),
+		forbidden: ours("peer/cache", "peer/fetch", "peer/serve", "peer/memberlist", "internal/redact"),
 	},
 	{
 		name:      "peer/cache stores and publishes: it neither downloads nor serves",
@@ -120,13 +120,15 @@ var rules = []rule{
 		forbidden: func(p string) bool { return !standard(p) },
 	},
 	{
-		name:      "httprange reads and writes ranges: redact, backoff, idle and the standard library only",
-		applies:   under("httprange"),
-		forbidden: func(p string) bool { return !standard(p) && !ours("redact", "backoff", "idle")(p) },
+		name:    "httprange reads and writes ranges: redact, backoff, idle and the standard library only",
+		applies: under("internal/httprange"),
+		forbidden: func(p string) bool {
+			return !standard(p) && !ours("internal/redact", "internal/backoff", "internal/idle")(p)
+		},
 	},
 	{
 		name:      "backoff and idle are policies: the standard library only",
-		applies:   under("backoff", "idle"),
+		applies:   under("internal/backoff", "internal/idle"),
 		forbidden: func(p string) bool { return !standard(p) },
 	},
 	{
@@ -265,9 +267,9 @@ func TestRulesBite(t *testing.T) {
 		"chunks checks files: the standard library and its hash only":                                   {"chunks", module + "/peer"},
 		"isorelease reads a release out of an ISO: never the daemons":                                   {"isorelease", module + "/sequencer"},
 		"isorepo joins the ISO reader to the repo server: never the agent, peer or preload":             {"isorepo", module + "/agent"},
-		"backoff and idle are policies: the standard library only":                                      {"idle", module + "/redact"},
-		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/redact"},
-		"httprange reads and writes ranges: redact, backoff, idle and the standard library only":        {"httprange", module + "/peer"},
+		"backoff and idle are policies: the standard library only":                                      {"internal/idle", module + "/internal/redact"},
+		"checksum is the ISO's digest: the standard library only":                                       {"checksum", module + "/internal/redact"},
+		"httprange reads and writes ranges: redact, backoff, idle and the standard library only":        {"internal/httprange", module + "/peer"},
 		"api holds only types: the standard library and apimachinery":                                   {"api/v1beta1", "sigs.k8s.io/controller-runtime"},
 		"no library package imports the commands":                                                       {"repo", module + "/cmd/upgrade-repo"},
 		"a node step talks to its node, its agent over HTTP and the API server, nothing of the daemons": {"nodestep/kubeadm", module + "/agent"},

@@ -34,8 +34,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 	"github.com/upgrade-repo/upgrade-repo/nodestep"
 )
 

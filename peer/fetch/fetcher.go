@@ -9,13 +9,13 @@ import (
 	"os"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/cache"
 	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 // Fetcher fills ISOs from peers and the origin URL, chunk by chunk, verified. Safe for concurrent

@@ -6,9 +6,9 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/upgrade-repo/upgrade-repo/httprange"
-	"github.com/upgrade-repo/upgrade-repo/idle"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // watched is a response whose body is abandoned once a read of it, or the wait for its headers,

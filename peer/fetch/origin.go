@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
-	"github.com/upgrade-repo/upgrade-repo/httprange"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // originSource names the origin URL among the sources of a chunk.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/chunks"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/peer"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 )
 
 type chunkList struct {

@@ -18,8 +18,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
-	"github.com/upgrade-repo/upgrade-repo/redact"
 	"github.com/upgrade-repo/upgrade-repo/release"
 )
 

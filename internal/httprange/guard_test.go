@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 )
 
 // versions serves one of two versions of a file of the same size: the first answer is of v1,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
 )
 
 // A server on an idle.Listener sends a large file whole to a client that reads it (through

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/printable"
+	"github.com/upgrade-repo/upgrade-repo/internal/printable"
 )
 
 func TestString(t *testing.T) {

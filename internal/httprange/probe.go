@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // Info is what the first answer of an origin tells of the file at a URL.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
 )
 
 // A server that holds the connection open and stops sending is abandoned after the timeout:

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/upgrade-repo/upgrade-repo/backoff"
-	"github.com/upgrade-repo/upgrade-repo/idle"
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
+	"github.com/upgrade-repo/upgrade-repo/internal/idle"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // ErrNoRanges is wrapped by Open's error when the origin answers a Range request with the whole

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/upgrade-repo/upgrade-repo/redact"
+	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 )
 
 // ErrNotURL marks a string that is no URL a range can be asked of (CheckURL).

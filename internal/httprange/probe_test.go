@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgrade-repo/upgrade-repo/httprange"
+	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 )
 
 // Probe learns the size with one GET of the first byte: from Content-Range where ranges are
