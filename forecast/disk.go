@@ -177,8 +177,8 @@ type NodeDisk struct {
 	CleanupBytes int64 `json:"cleanupBytes,omitempty"`
 	// CleanupAfter says when the cleanup runs (CleanupAfterPlan, CleanupAfterSoak).
 	CleanupAfter string `json:"cleanupAfter,omitempty"`
-	// Estimated is true when an archive's images were estimated from its size (an ISO that
-	// does not record its images' blobs) rather than counted blob by blob.
+	// Estimated is true when bytes of an archive's images were estimated from its size (an ISO
+	// that does not record its images' blobs) rather than counted blob by blob.
 	Estimated bool `json:"estimated,omitempty"`
 	// Filesystems are the file systems the bytes land on; empty when the node reported none.
 	Filesystems []FilesystemUse `json:"filesystems,omitempty"`
@@ -256,7 +256,6 @@ func Disk(r Release, n Node) NodeDisk {
 		if tar <= 0 {
 			tar = int64(float64(a.CompressedBytes) * UnpackedRatio)
 		}
-		d.Estimated = d.Estimated || tar > 0
 		var add int64
 		switch {
 		case len(a.Images) == 0:
@@ -264,6 +263,7 @@ func Disk(r Release, n Node) NodeDisk {
 		default:
 			add = tar * int64(missing) / int64(len(a.Images))
 		}
+		d.Estimated = d.Estimated || add > 0
 		d.ImagesStoredBytes += add
 		d.ImagesUnpackedBytes += add
 	}

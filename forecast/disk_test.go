@@ -48,7 +48,7 @@ func TestDisk(t *testing.T) {
 			problems: []string{"ISO and images (18.0 GiB) would fill /root to 98.0%, past the kubelet's image GC threshold of 85% (20.0 GiB free of 100.0 GiB)"}},
 		{name: "no file system reported", node: Node{Name: "n"}, iso: 6 * gib, stored: 6 * gib, missing: 5, estimated: true},
 		{name: "everything held", node: Node{Name: "n", HoldsISO: true, Held: func(string) bool { return true },
-			Cache: fs("cache", 1, 200*gib), Containerd: fs("ctr", 1, 200*gib)}, missing: 0, estimated: true, uses: []string{"ISO", "images"}},
+			Cache: fs("cache", 1, 200*gib), Containerd: fs("ctr", 1, 200*gib)}, missing: 0, uses: []string{"ISO", "images"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
