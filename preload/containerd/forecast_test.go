@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestDiskForecastRealContainerd(t *testing.T) {
 	_, err := tw.Write(text)
 	require.NoError(t, err)
 	require.NoError(t, tw.Close())
-	gz, err := tarball.LayerFromReader(bytes.NewReader(lt.Bytes()))
+	gz, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(lt.Bytes())), nil })
 	require.NoError(t, err)
 	tool := preloadtest.NewImage(t, "docker.io/rancher/tool:v2", preloadtest.ImageOptions{OS: "linux", Arch: "amd64", Shared: []v1.Layer{gz}})
 	tb := filepath.Join(t.TempDir(), "tool.tar")
