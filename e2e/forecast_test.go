@@ -147,7 +147,7 @@ func estimateNow(ctx context.Context, c *cluster, plan *apiv1beta1.UpgradePlan) 
 }
 
 // compareDisk logs, for every node, the images' bytes the plan's pre-flight predicted against
-// what the preload added under containerdDirs, and requires them within 10%.
+// what the preload added under containerdDirs, and requires them within 10% of each other.
 func compareDisk(t *testing.T, plan *apiv1beta1.UpgradePlan, before, after map[string]int64) {
 	t.Helper()
 	require.NotEmpty(t, plan.Status.DiskForecast, "the pre-flight recorded its disk forecast")
@@ -156,9 +156,11 @@ func compareDisk(t *testing.T, plan *apiv1beta1.UpgradePlan, before, after map[s
 		actual := after[f.Node] - before[f.Node]
 		t.Logf("%s: predicted %d bytes of images (%d stored, %d unpacked, estimated %t), actual %d (containerd's content and snapshots before %d, after %d)",
 			f.Node, predicted, f.ImagesStoredBytes, f.ImagesUnpackedBytes, f.Estimated, actual, before[f.Node], after[f.Node])
-		// The forecast may err high (it counts each image as stored and as unpacked in full), never
-		// low by more than 10%: a node it passes must have the room.
-		require.LessOrEqual(t, float64(actual), 1.10*float64(predicted), "node %s: actual bytes after the preload against the forecast", f.Node)
+		// The release ISO records its images' blobs (release pack), so the forecast counts each
+		// blob once, as stored and as unpacked: within 10% either way. (The image-level estimate
+		// of an ISO without that index predicted 45.3 MB where the preload wrote 36.5 MB.)
+		require.False(t, f.Estimated, "node %s: the forecast counted the release's blobs", f.Node)
+		require.InEpsilon(t, float64(predicted), float64(actual), 0.10, "node %s: actual bytes after the preload against the forecast", f.Node)
 		t.Logf("%s: actual / predicted %.2f", f.Node, float64(actual)/float64(predicted))
 	}
 }

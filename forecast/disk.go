@@ -31,6 +31,27 @@ type Filesystem struct {
 // Known reports whether the file system was measured.
 func (f Filesystem) Known() bool { return f.TotalBytes > 0 }
 
+// SnapshotOverheadBytes is what an unpacked layer adds to containerd's overlayfs snapshots
+// besides its files' bytes: the snapshot's directories (the snapshot, fs, work) and those of
+// the layer's tree. Measured against a real containerd (preload/containerd's
+// TestDiskForecastRealContainerd): 14 KiB a layer when containerd unpacks, a little more when
+// the agent does; 16 KiB is what the forecast adds.
+const SnapshotOverheadBytes = 16 << 10
+
+// Blob is one blob of an image as containerd keeps it once imported: its manifest, its config
+// or one of its layers.
+type Blob struct {
+	// Digest names it (sha256:...): a blob the node holds already, or that another image of the
+	// release brings, is not written again.
+	Digest string
+	// Size is its size as the archive stores it, what containerd's content store holds: a layer
+	// saved uncompressed (docker save) counts its tar, one saved compressed its compressed bytes.
+	Size int64
+	// UnpackedSize is, for a layer, the size of its uncompressed tar: what its snapshot holds
+	// once unpacked (its files' bytes, within a few KiB). 0 for a manifest or a config.
+	UnpackedSize int64
+}
+
 // Archive is one image archive of the release.
 type Archive struct {
 	// Name names it in messages.
@@ -42,6 +63,23 @@ type Archive struct {
 	// TarBytes is the size of its tar once decompressed, as its zstd frame header says; 0 when
 	// it does not say, and CompressedBytes × UnpackedRatio is assumed.
 	TarBytes int64
+	// Blobs are, by image reference, the blobs of each image (manifest, config, layers), as
+	// the release's ISO records them (release pack writes them); nil for an ISO that does not,
+	// whose images are then estimated from TarBytes.
+	Blobs map[string][]Blob
+}
+
+// layered reports whether a's blobs are known for every image it names.
+func (a Archive) layered() bool {
+	if len(a.Images) == 0 || a.Blobs == nil {
+		return false
+	}
+	for _, ref := range a.Images {
+		if _, ok := a.Blobs[ref]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Release is what the plan brings to every node.
@@ -64,13 +102,28 @@ type Node struct {
 	// Held reports whether the node's containerd holds an image of the release already; nil
 	// holds none.
 	Held func(ref string) bool
+	// HeldBlob reports whether the node's containerd holds a blob (by digest) already, content
+	// and, for a layer, its snapshot; nil holds none. Only archives whose blobs are known use it.
+	HeldBlob func(digest string) bool
 	// ImageGCHighPercent and ImageGCLowPercent are the kubelet's image garbage collection
 	// thresholds; 0 takes the kubelet's defaults.
 	ImageGCHighPercent, ImageGCLowPercent int
-	// CleanupBytes is what the cleanup of the previous release frees on the node once the
-	// plan ends; 0 when unknown.
+	// CleanupBytes is what the cleanup of the previous release frees on the node once it runs
+	// (CleanupAfter); 0 when unknown.
 	CleanupBytes int64
+	// CleanupAfter says when that cleanup runs: CleanupAfterPlan or CleanupAfterSoak; empty
+	// when it does not run (a node that keeps earlier releases' images).
+	CleanupAfter string
 }
+
+// When the cleanup of the previous release runs on a node, as the agents do it (docs/operating.md).
+const (
+	// CleanupAfterPlan: once the plan Succeeded and its ISO is dropped.
+	CleanupAfterPlan = "after the plan"
+	// CleanupAfterSoak: once the plan's soak ended (upgrade finalize, or its expiry), the
+	// previous release kept until then for a rollback.
+	CleanupAfterSoak = "after the soak"
+)
 
 // FilesystemUse is one file system of a node before and after the plan's bytes land on it.
 type FilesystemUse struct {
@@ -119,9 +172,13 @@ type NodeDisk struct {
 	// ImagesMissing and ImagesTotal count the release's images the node lacks, of all.
 	ImagesMissing int `json:"imagesMissing"`
 	ImagesTotal   int `json:"imagesTotal"`
-	// CleanupBytes is what the cleanup of the previous release frees once the plan ends.
+	// CleanupBytes is what the cleanup of the previous release frees once it runs
+	// (CleanupAfter): never room for this plan, whose bytes land before it.
 	CleanupBytes int64 `json:"cleanupBytes,omitempty"`
-	// Estimated is true when an archive's unpacked size was assumed (UnpackedRatio).
+	// CleanupAfter says when the cleanup runs (CleanupAfterPlan, CleanupAfterSoak).
+	CleanupAfter string `json:"cleanupAfter,omitempty"`
+	// Estimated is true when bytes of an archive's images were estimated from its size (an ISO
+	// that does not record its images' blobs) rather than counted blob by blob.
 	Estimated bool `json:"estimated,omitempty"`
 	// Filesystems are the file systems the bytes land on; empty when the node reported none.
 	Filesystems []FilesystemUse `json:"filesystems,omitempty"`
@@ -142,36 +199,62 @@ func (d NodeDisk) Problems() []string {
 }
 
 // Disk forecasts what the release r adds to node n's disk, file system by file system. The
-// images' bytes are counted twice, as containerd keeps them: the layer blobs of an archive (a
-// docker save tar, its layers uncompressed) in its content store, and the snapshots they unpack
-// to. An archive some of whose images the node holds adds its bytes in proportion to the images
-// it lacks. The cleanup of the previous release frees its bytes only after the plan, so it
-// never makes room for it.
+// images' bytes are counted as containerd keeps them: the blobs in its content store as the
+// archive stores them, and the snapshots the layers unpack to. Where the release records its
+// images' blobs, each blob the node lacks is counted once, however many images and archives
+// share it, and a blob the node holds (HeldBlob) not at all: measured against a real containerd,
+// within 1% of what an import writes. An archive that does not record them is estimated
+// (Estimated): its tar bytes in proportion to the images the node lacks, once as stored and
+// once as unpacked, which errs high where its images share layers with other archives' or with
+// the node's and low where its layers are compressed. The cleanup of the previous release frees
+// its bytes only after the plan, so it never makes room for it.
 func Disk(r Release, n Node) NodeDisk {
-	d := NodeDisk{Node: n.Name, CleanupBytes: n.CleanupBytes}
+	d := NodeDisk{Node: n.Name, CleanupBytes: n.CleanupBytes, CleanupAfter: n.CleanupAfter}
+	if n.CleanupBytes <= 0 {
+		d.CleanupAfter = ""
+	}
 	if !n.HoldsISO {
 		d.ISOBytes = r.ISOBytes
 	}
+	held := func(ref string) bool { return n.Held != nil && n.Held(ref) }
 	seen := map[string]bool{}
+	written := map[string]bool{}
 	for _, a := range r.Archives {
-		tar := a.TarBytes
-		if tar <= 0 {
-			tar = int64(float64(a.CompressedBytes) * UnpackedRatio)
-			d.Estimated = d.Estimated || a.CompressedBytes > 0
-		}
 		missing := 0
 		for _, ref := range a.Images {
-			held := n.Held != nil && n.Held(ref)
+			h := held(ref)
 			if !seen[ref] {
 				seen[ref] = true
 				d.ImagesTotal++
-				if !held {
+				if !h {
 					d.ImagesMissing++
 				}
 			}
-			if !held {
+			if !h {
 				missing++
 			}
+		}
+		if a.layered() {
+			for _, ref := range a.Images {
+				if held(ref) {
+					continue
+				}
+				for _, b := range a.Blobs[ref] {
+					if written[b.Digest] || (n.HeldBlob != nil && n.HeldBlob(b.Digest)) {
+						continue
+					}
+					written[b.Digest] = true
+					d.ImagesStoredBytes += b.Size
+					if b.UnpackedSize > 0 {
+						d.ImagesUnpackedBytes += b.UnpackedSize + SnapshotOverheadBytes
+					}
+				}
+			}
+			continue
+		}
+		tar := a.TarBytes
+		if tar <= 0 {
+			tar = int64(float64(a.CompressedBytes) * UnpackedRatio)
 		}
 		var add int64
 		switch {
@@ -180,6 +263,7 @@ func Disk(r Release, n Node) NodeDisk {
 		default:
 			add = tar * int64(missing) / int64(len(a.Images))
 		}
+		d.Estimated = d.Estimated || add > 0
 		d.ImagesStoredBytes += add
 		d.ImagesUnpackedBytes += add
 	}

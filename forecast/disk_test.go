@@ -48,7 +48,7 @@ func TestDisk(t *testing.T) {
 			problems: []string{"ISO and images (18.0 GiB) would fill /root to 98.0%, past the kubelet's image GC threshold of 85% (20.0 GiB free of 100.0 GiB)"}},
 		{name: "no file system reported", node: Node{Name: "n"}, iso: 6 * gib, stored: 6 * gib, missing: 5, estimated: true},
 		{name: "everything held", node: Node{Name: "n", HoldsISO: true, Held: func(string) bool { return true },
-			Cache: fs("cache", 1, 200*gib), Containerd: fs("ctr", 1, 200*gib)}, missing: 0, estimated: true, uses: []string{"ISO", "images"}},
+			Cache: fs("cache", 1, 200*gib), Containerd: fs("ctr", 1, 200*gib)}, missing: 0, uses: []string{"ISO", "images"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,9 +71,77 @@ func TestDisk(t *testing.T) {
 	}
 }
 
-func TestDiskExactWhenEveryArchiveSaysItsSize(t *testing.T) {
+func TestDiskImageLevelIsEstimated(t *testing.T) {
 	t.Parallel()
+	// An archive that says its tar's size but not its blobs is still an estimate: its layers
+	// may be shared or compressed.
 	d := Disk(Release{Archives: []Archive{{Images: []string{"x"}, CompressedBytes: 10, TarBytes: 30}}}, Node{Name: "n"})
-	require.False(t, d.Estimated)
+	require.True(t, d.Estimated)
 	require.Equal(t, int64(60), d.AddedBytes())
+}
+
+func TestDiskLayers(t *testing.T) {
+	t.Parallel()
+	const (
+		ov  = SnapshotOverheadBytes
+		mib = int64(1) << 20
+	)
+	// base is shared by every image of both archives; gz is a layer stored compressed.
+	base := Blob{Digest: "sha256:base", Size: 3 * mib, UnpackedSize: 3 * mib}
+	own := func(name string, size int64) Blob {
+		return Blob{Digest: "sha256:" + name, Size: size, UnpackedSize: size}
+	}
+	meta := func(name string) []Blob {
+		return []Blob{{Digest: "sha256:m-" + name, Size: 500}, {Digest: "sha256:c-" + name, Size: 300}}
+	}
+	gz := Blob{Digest: "sha256:gz", Size: 3 * mib, UnpackedSize: 7 * mib}
+	rel := Release{Archives: []Archive{
+		{Name: "common", Images: []string{"a", "b"}, TarBytes: 10 * mib, Blobs: map[string][]Blob{
+			"a": append(meta("a"), base, own("a1", 2*mib)),
+			"b": append(meta("b"), base, own("b1", 1*mib)),
+		}},
+		{Name: "extra", Images: []string{"c", "a"}, TarBytes: 7 * mib, Blobs: map[string][]Blob{
+			"c": append(meta("c"), base, gz),
+			"a": append(meta("a"), base, own("a1", 2*mib)),
+		}},
+	}}
+	tests := []struct {
+		name             string
+		rel              Release
+		node             Node
+		stored, unpacked int64
+		missing, total   int
+		estimated        bool
+		cleanup          int64
+		cleanupAfter     string
+	}{
+		{name: "nothing held: each blob once, the compressed layer unpacked in full", rel: rel, node: Node{Name: "n"},
+			stored: 3*800 + 3*mib + 2*mib + 1*mib + 3*mib, unpacked: 3*mib + 2*mib + 1*mib + 7*mib + 4*ov, missing: 3, total: 3},
+		{name: "image a held", rel: rel, node: Node{Name: "n", Held: func(ref string) bool { return ref == "a" }},
+			stored: 2*800 + 3*mib + 1*mib + 3*mib, unpacked: 3*mib + 1*mib + 7*mib + 3*ov, missing: 2, total: 3},
+		{name: "the base layer held by an older image", rel: rel, node: Node{Name: "n", HeldBlob: func(d string) bool { return d == base.Digest }},
+			stored: 3*800 + 2*mib + 1*mib + 3*mib, unpacked: 2*mib + 1*mib + 7*mib + 3*ov, missing: 3, total: 3},
+		{name: "an archive without blobs is estimated, the others counted", node: Node{Name: "n"},
+			rel:    Release{Archives: []Archive{rel.Archives[0], {Name: "old", Images: []string{"x"}, TarBytes: 5 * mib}}},
+			stored: 2*800 + 3*mib + 2*mib + 1*mib + 5*mib, unpacked: 3*mib + 2*mib + 1*mib + 3*ov + 5*mib, missing: 3, total: 3, estimated: true},
+		{name: "cleanup after the soak shown, never room", rel: rel, node: Node{Name: "n", CleanupBytes: 9 * mib, CleanupAfter: CleanupAfterSoak},
+			stored: 3*800 + 3*mib + 2*mib + 1*mib + 3*mib, unpacked: 3*mib + 2*mib + 1*mib + 7*mib + 4*ov, missing: 3, total: 3,
+			cleanup: 9 * mib, cleanupAfter: CleanupAfterSoak},
+		{name: "no cleanup bytes: no time either", rel: rel, node: Node{Name: "n", CleanupAfter: CleanupAfterPlan},
+			stored: 3*800 + 3*mib + 2*mib + 1*mib + 3*mib, unpacked: 3*mib + 2*mib + 1*mib + 7*mib + 4*ov, missing: 3, total: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := Disk(tt.rel, tt.node)
+			require.Equal(t, tt.stored, d.ImagesStoredBytes)
+			require.Equal(t, tt.unpacked, d.ImagesUnpackedBytes)
+			require.Equal(t, tt.missing, d.ImagesMissing)
+			require.Equal(t, tt.total, d.ImagesTotal)
+			require.Equal(t, tt.estimated, d.Estimated)
+			require.Equal(t, tt.cleanup, d.CleanupBytes)
+			require.Equal(t, tt.cleanupAfter, d.CleanupAfter)
+			require.Equal(t, tt.stored+tt.unpacked, d.AddedBytes(), "the cleanup makes no room")
+		})
+	}
 }

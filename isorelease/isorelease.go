@@ -42,6 +42,17 @@ type Archive struct {
 	// TarBytes is the size of the archive decompressed, as its zstd frame header says; 0 when
 	// it does not say (a stream compressed from a pipe).
 	TarBytes int64 `json:"tarBytes,omitempty"`
+	// Blobs are, by image reference, the blobs each image brings to a node's containerd, as the
+	// ISO's release.BlobsFile records them; nil when it does not (the product's ISOs, older
+	// packs).
+	Blobs map[string][]Blob `json:"blobs,omitempty"`
+}
+
+// Blob is one blob of an image (manifest, config or layer) and its sizes.
+type Blob struct {
+	// Digest names it.
+	Digest string `json:"digest"`
+	release.BlobSize
 }
 
 // Images returns every image of every archive, without repeats, in archive order.
@@ -151,6 +162,11 @@ func FromFS(fsys fs.FS, size int64) (*Contents, error) {
 	if err != nil {
 		return c, err
 	}
+	// The blob index is optional: without it, or unreadable, the archives are only estimated.
+	blobs, err := release.LoadBlobs(fsys)
+	if err != nil {
+		blobs = nil
+	}
 	for _, a := range b.Archives {
 		refs, err := release.LoadImageList(fsys, a)
 		if err != nil {
@@ -160,7 +176,33 @@ func FromFS(fsys fs.FS, size int64) (*Contents, error) {
 		if err != nil {
 			return c, fmt.Errorf("archive %s: %w", a.Archive, err)
 		}
-		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size(), TarBytes: tarBytes(fsys, a.Archive, st.Size())})
+		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size(), TarBytes: tarBytes(fsys, a.Archive, st.Size()),
+			Blobs: archiveBlobs(blobs, a.Archive)})
 	}
 	return c, nil
+}
+
+// archiveBlobs returns the blobs of the images of the archive at path that b records; nil when b
+// is nil or does not know the archive.
+func archiveBlobs(b *release.Blobs, path string) map[string][]Blob {
+	if b == nil {
+		return nil
+	}
+	ab := b.Archive(path)
+	if ab == nil {
+		return nil
+	}
+	out := make(map[string][]Blob, len(ab.Images))
+	for ref, digests := range ab.Images {
+		norm, err := release.NormalizeRef(ref)
+		if err != nil {
+			continue
+		}
+		bs := make([]Blob, 0, len(digests))
+		for _, d := range digests {
+			bs = append(bs, Blob{Digest: d, BlobSize: b.Sizes[d]})
+		}
+		out[norm] = bs
+	}
+	return out
 }

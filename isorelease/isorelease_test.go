@@ -14,6 +14,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/release"
 )
 
 // buildISO builds a release ISO in the product's layout with xorriso.
@@ -33,6 +34,10 @@ func buildISO(t *testing.T) string {
 		"bundle/harvester/images-lists/rke2.txt":   "rancher/rke2-runtime:v1.33.3-rke2r1\ndocker.io/library/nginx:1.27\n",
 		"bundle/harvester/images/common.tar.zst":   strings.Repeat("c", 300000),
 		"bundle/harvester/images/rke2.tar.zst":     string(rke2Archive),
+		// The blob index release pack writes, here for the common archive only.
+		"bundle/blobs.json": `{"archives":[{"archive":"bundle/harvester/images/common.tar.zst","images":{` +
+			`"docker.io/library/nginx:1.27":["sha256:m1","sha256:base"],"rancher/harvester:v1.6.0":["sha256:m2","sha256:base"]}}],` +
+			`"sizes":{"sha256:m1":{"size":500},"sha256:m2":{"size":600},"sha256:base":{"size":1000,"unpacked":3000}}}`,
 	}
 	for p, body := range files {
 		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755))
@@ -66,6 +71,10 @@ func TestOpen(t *testing.T) {
 		require.Len(t, c.Archives[0].Images, 2)
 		require.Zero(t, c.Archives[0].TarBytes, "an archive that is no zstd frame says nothing")
 		require.Equal(t, int64(1_000_000), c.Archives[1].TarBytes, "read from the frame's header")
+		require.Equal(t, []isorelease.Blob{{Digest: "sha256:m2", BlobSize: release.BlobSize{Size: 600}}, {Digest: "sha256:base", BlobSize: release.BlobSize{Size: 1000, Unpacked: 3000}}},
+			c.Archives[0].Blobs["docker.io/rancher/harvester:v1.6.0"], "by normalised reference")
+		require.Len(t, c.Archives[0].Blobs, 2)
+		require.Nil(t, c.Archives[1].Blobs, "an archive the index does not know")
 		require.Len(t, c.Images(), 3, "an image in two lists counts once")
 		st, _ := os.Stat(path)
 		require.Equal(t, st.Size(), c.Size)

@@ -203,3 +203,30 @@ func TestNormalizeRef(t *testing.T) {
 		})
 	}
 }
+
+func TestParseBlobs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, data, err string
+	}{
+		{name: "sizes for every blob", data: `{"archives":[{"archive":"bundle/a.tar.zst","images":{"docker.io/x/y:1":["sha256:m","sha256:l"]}}],
+			"sizes":{"sha256:m":{"size":5},"sha256:l":{"size":10,"unpacked":30}}}`},
+		{name: "a blob without sizes", data: `{"archives":[{"archive":"a","images":{"x":["sha256:m"]}}],"sizes":{}}`, err: `blob "sha256:m" has no sizes`},
+		{name: "a negative size", data: `{"archives":[{"archive":"a","images":{"x":["sha256:m"]}}],"sizes":{"sha256:m":{"size":-1}}}`, err: "negative size"},
+		{name: "not JSON", data: `{`, err: "parse bundle/blobs.json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := ParseBlobs([]byte(tt.data))
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, BlobSize{Size: 10, Unpacked: 30}, b.Sizes["sha256:l"])
+			require.NotNil(t, b.Archive("bundle/a.tar.zst"))
+			require.Nil(t, b.Archive("bundle/b.tar.zst"))
+		})
+	}
+}

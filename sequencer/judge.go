@@ -150,7 +150,8 @@ func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecas
 	}
 	rel := forecast.Release{ISOBytes: f.ISOSize}
 	for _, a := range f.Archives {
-		rel.Archives = append(rel.Archives, forecast.Archive{Name: a.Name(), Images: a.Images, CompressedBytes: a.Size, TarBytes: a.TarBytes})
+		rel.Archives = append(rel.Archives, forecast.Archive{Name: a.Name(), Images: a.Images, CompressedBytes: a.Size, TarBytes: a.TarBytes,
+			Blobs: forecastBlobs(a.Blobs)})
 	}
 	var unknown []string
 	var out []forecast.NodeDisk
@@ -190,6 +191,22 @@ func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecas
 		notes = append(notes, "no file system reported by node "+strings.Join(unknown, ", "))
 	}
 	pre.DiskNote = strings.Join(notes, "; ")
+	return out
+}
+
+// forecastBlobs is an archive's blob index as the forecast reads it; nil for nil.
+func forecastBlobs(in map[string][]isorelease.Blob) map[string][]forecast.Blob {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string][]forecast.Blob, len(in))
+	for ref, bs := range in {
+		fb := make([]forecast.Blob, 0, len(bs))
+		for _, b := range bs {
+			fb = append(fb, forecast.Blob{Digest: b.Digest, Size: b.Size, UnpackedSize: b.Unpacked})
+		}
+		out[ref] = fb
+	}
 	return out
 }
 

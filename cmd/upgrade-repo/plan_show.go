@@ -230,14 +230,19 @@ func printImages(w io.Writer, im *planImageReport) {
 }
 
 // printDisk writes each node's disk forecast: what the plan adds, on which file system, and its
-// use after, against the kubelet's image GC threshold where images land.
+// use after, against the kubelet's image GC threshold where images land; then what the previous
+// release's cleanup frees and when, which is never room for the plan.
 func printDisk(w io.Writer, disk []forecast.NodeDisk) {
 	fmt.Fprintln(w, "Disk, predicted per node (ISO; the release's images it lacks, stored and unpacked):")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDS\tFILE SYSTEM\tFREE\tUSED AFTER\tGC AT\tRESULT")
 	estimated := false
+	var cleanups []string
 	for _, d := range disk {
 		estimated = estimated || d.Estimated
+		if d.CleanupBytes > 0 {
+			cleanups = append(cleanups, fmt.Sprintf("%s frees %s %s", d.Node, planview.Bytes(d.CleanupBytes), d.CleanupAfter))
+		}
 		if len(d.Filesystems) == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t(not reported)\t\t\t\t\n", d.Node, planview.Bytes(d.AddedBytes()))
 			continue
@@ -256,6 +261,9 @@ func printDisk(w io.Writer, disk []forecast.NodeDisk) {
 	}
 	_ = tw.Flush()
 	if estimated {
-		fmt.Fprintf(w, "(an archive does not say its unpacked size: %.0f times its compressed size is assumed)\n", forecast.UnpackedRatio)
+		fmt.Fprintln(w, "(estimated: the ISO does not record its images' blobs, so each archive counts in proportion to the images a node lacks, shared layers as often as archives hold them)")
+	}
+	if len(cleanups) > 0 {
+		fmt.Fprintf(w, "The previous release's cleanup, not counted as room for this plan: %s\n", strings.Join(cleanups, "; "))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
 	"sigs.k8s.io/yaml"
 
@@ -102,11 +104,12 @@ func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
 	}
 	meta := map[string][]map[string]string{}
 	var all []string
+	blobs := &release.Blobs{Sizes: map[string]release.BlobSize{}}
 	for i, a := range spec.Archives {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ba, err := w.archive(spec, i, a, layers)
+		ba, err := w.archive(spec, i, a, layers, blobs)
 		if err != nil {
 			return nil, err
 		}
@@ -138,6 +141,15 @@ func BuildTree(ctx context.Context, spec Spec, dir string) (*Result, error) {
 		}
 		if err := w.write(release.BundleFile, bytes.NewReader(data)); err != nil {
 			return nil, err
+		}
+		if len(blobs.Archives) > 0 {
+			data, err := json.Marshal(blobs)
+			if err != nil {
+				return nil, fmt.Errorf("write %s: %w", release.BlobsFile, err)
+			}
+			if err := w.write(release.BlobsFile, bytes.NewReader(data)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	given := map[string]bool{}
@@ -283,7 +295,7 @@ func (w treeWriter) write(p string, r io.Reader) error {
 }
 
 // archive writes one docker-save archive, zstd-compressed, and its image list.
-func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*synthLayer) (*BuiltArchive, error) {
+func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*synthLayer, blobs *release.Blobs) (*BuiltArchive, error) {
 	where := fmt.Sprintf("archive %s", a.archivePath())
 	refs := map[name.Reference]v1.Image{}
 	norms := map[name.Reference]string{}
@@ -334,8 +346,14 @@ func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*sy
 	}
 
 	ba := &BuiltArchive{Group: a.Group, Archive: a.archivePath(), List: a.listPath()}
+	ab := release.ArchiveBlobs{Archive: ba.Archive, Images: map[string][]string{}}
 	for ref, img := range refs {
 		bi := BuiltImage{Ref: norms[ref]}
+		digests, err := imageBlobs(img, blobs.Sizes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: image %s: %w", where, norms[ref], err)
+		}
+		ab.Images[norms[ref]] = digests
 		cfg, err := img.ConfigName()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
@@ -359,6 +377,7 @@ func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*sy
 		ba.Images = append(ba.Images, bi)
 	}
 	sort.Slice(ba.Images, func(i, j int) bool { return ba.Images[i].Ref < ba.Images[j].Ref })
+	blobs.Archives = append(blobs.Archives, ab)
 
 	f, err := w.create(ba.Archive)
 	if err != nil {
@@ -399,6 +418,76 @@ func (w treeWriter) archive(spec Spec, idx int, a Archive, shared map[string]*sy
 		return nil, err
 	}
 	return ba, nil
+}
+
+// imageBlobs returns the digests of img's blobs as containerd keeps them once the archive is
+// imported (manifest, config, layers) and records their sizes in sizes: each layer as the
+// archive stores it (what tarball.MultiRefWrite writes: Compressed) and, unpacked, its
+// uncompressed tar, counted by reading it when the layer is stored compressed.
+func imageBlobs(img v1.Image, sizes map[string]release.BlobSize) ([]string, error) {
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, err
+	}
+	dig, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return nil, err
+	}
+	// containerd writes a manifest of its own for a docker archive's image: of the same
+	// descriptors, within bytes of the image's.
+	sizes[dig.String()] = release.BlobSize{Size: int64(len(raw))}
+	sizes[cfgName.String()] = release.BlobSize{Size: int64(len(cfg))}
+	out := []string{dig.String(), cfgName.String()}
+	ls, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		d, err := l.Digest()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d.String())
+		if _, ok := sizes[d.String()]; ok {
+			continue
+		}
+		size, err := l.Size()
+		if err != nil {
+			return nil, err
+		}
+		unpacked, err := unpackedSize(l, size)
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", d, err)
+		}
+		sizes[d.String()] = release.BlobSize{Size: size, Unpacked: unpacked}
+	}
+	return out, nil
+}
+
+// unpackedSize is the size of layer l's uncompressed tar: size itself when l is stored
+// uncompressed, else counted by reading it.
+func unpackedSize(l v1.Layer, size int64) (int64, error) {
+	mt, err := l.MediaType()
+	if err != nil {
+		return 0, err
+	}
+	if mt == types.DockerUncompressedLayer || mt == types.OCIUncompressedLayer {
+		return size, nil
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(io.Discard, rc)
 }
 
 // syntheticImage makes a linux/amd64 image of the layers.

@@ -436,3 +436,31 @@ func TestBuildTreeArchivesSayTheirSize(t *testing.T) {
 		require.Equal(t, uint64(st.Size()), h.FrameContentSize, "archive %s", a.Archive)
 	}
 }
+
+func TestBuildTreeRecordsBlobs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res, err := BuildTree(t.Context(), Demo("v1.5.2", 3, 64<<10, 100<<10), dir)
+	require.NoError(t, err)
+	b, err := release.LoadBlobs(os.DirFS(dir))
+	require.NoError(t, err)
+	require.Len(t, b.Archives, len(res.Archives))
+	for i, a := range res.Archives {
+		ab := b.Archive(a.Archive)
+		require.NotNil(t, ab, "archive %s", a.Archive)
+		require.Equal(t, a.Archive, b.Archives[i].Archive, "in the bundle's order")
+		require.Len(t, ab.Images, len(a.Images))
+		for _, im := range a.Images {
+			want := append([]string{im.ManifestDigest, im.ConfigDigest}, im.Layers...)
+			require.Equal(t, want, ab.Images[im.Ref], "image %s: manifest, config, layers", im.Ref)
+			for _, l := range im.Layers {
+				// Synthetic layers are stored uncompressed: unpacked, the same tar.
+				s := b.Sizes[l]
+				require.Positive(t, s.Size, "layer %s", l)
+				require.Equal(t, s.Size, s.Unpacked, "layer %s", l)
+			}
+			require.Zero(t, b.Sizes[im.ConfigDigest].Unpacked)
+			require.Positive(t, b.Sizes[im.ConfigDigest].Size)
+		}
+	}
+}
