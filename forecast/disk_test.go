@@ -23,10 +23,10 @@ func TestDisk(t *testing.T) {
 		// iso, stored are the bytes expected in the cache and in the content store; archive the
 		// compressed bytes the preload reads.
 		iso, stored, archive int64
-		missing     int
-		estimated   bool
-		uses        []string
-		problems    []string
+		missing              int
+		estimated            bool
+		uses                 []string
+		problems             []string
 	}{
 		{name: "nothing held, room everywhere", node: Node{Name: "n", Cache: fs("cache", 100*gib, 200*gib), Containerd: fs("ctr", 100*gib, 200*gib)},
 			iso: 6 * gib, stored: 6 * gib, archive: 3 * gib, missing: 5, estimated: true, uses: []string{"ISO", "images"}},
