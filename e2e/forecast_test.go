@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +20,7 @@ import (
 
 	apiv1beta1 "github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/forecast"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -177,4 +182,122 @@ func compareTime(t *testing.T, ests []timeEstimate, end time.Time) {
 		t.Logf("at %s in %s: estimated %s left (first %t, partial %t), actually %s; %s", e.at.UTC().Format(time.RFC3339), e.phase,
 			e.est.Remaining.Round(time.Second), e.est.First, e.est.Partial, end.Sub(e.at).Round(time.Second), strings.Join(bases, ", "))
 	}
+}
+
+// statusEstimate is the time estimate `upgrade-repo upgrade status PLAN -o json` shows, read as
+// an operator reads it; nil when it shows none.
+func statusEstimate(ctx context.Context, c *cluster, plan string) (*planview.Estimate, error) {
+	bin := filepath.Join(c.artifacts, "upgrade-repo")
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "upgrade", "status", plan, "-o", "json", "--kubeconfig", os.Getenv("E2E_KUBECONFIG")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("upgrade status %s -o json: %w", plan, err)
+	}
+	var v planview.Plan
+	if err := json.Unmarshal(out, &v); err != nil {
+		return nil, fmt.Errorf("upgrade status %s -o json: %w", plan, err)
+	}
+	return v.Estimate, nil
+}
+
+// takenEstimate is an estimate `upgrade status` showed, and when and in which phase.
+type takenEstimate struct {
+	at    time.Time
+	phase apiv1beta1.Phase
+	est   planview.Estimate
+}
+
+// stepOf is the index in sequencer.Steps of the step phase belongs to (running or done); -1
+// for a phase of none (before Initializing, or an end).
+func stepOf(phase apiv1beta1.Phase) int {
+	for i, s := range sequencer.Steps {
+		if s.Running == phase || s.Done == phase {
+			return i
+		}
+	}
+	return -1
+}
+
+// estimateWhenEntering follows plan name, created from now on, until the returned function is
+// called, and takes the estimate `upgrade status -o json` shows as the plan is first seen in
+// phase (or, were that phase too short for a poll to see it, in the first phase after it that
+// runs). The function stops the following and returns what was taken, nil when nothing was.
+func estimateWhenEntering(t *testing.T, c *cluster, name string, phase apiv1beta1.Phase) func() *takenEstimate {
+	t.Helper()
+	since := time.Now().Truncate(time.Second)
+	want := stepOf(phase)
+	ctx, cancel := context.WithCancel(t.Context())
+	got := make(chan *takenEstimate, 1)
+	go func() {
+		var taken *takenEstimate
+		defer func() { got <- taken }()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var plan apiv1beta1.UpgradePlan
+			if err := c.cl.Get(ctx, client.ObjectKey{Name: name}, &plan); err != nil || plan.CreationTimestamp.Time.Before(since) {
+				continue
+			}
+			if plan.Status.Phase.Finished() || stepOf(plan.Status.Phase) < want {
+				continue
+			}
+			at := time.Now()
+			est, err := statusEstimate(ctx, c, name)
+			if err != nil || est == nil {
+				continue
+			}
+			taken = &takenEstimate{at: at, phase: plan.Status.Phase, est: *est}
+			return
+		}
+	}()
+	return func() *takenEstimate {
+		cancel()
+		return <-got
+	}
+}
+
+// reportEstimate logs the estimate taken against the time the plan then took, writes both to
+// the artifacts (estimate-PLAN.txt), and requires only what must hold of it: that it is there,
+// is not zero, and says what each phase rests on, with at least one that rests on something.
+func reportEstimate(t *testing.T, c *cluster, plan *apiv1beta1.UpgradePlan, e *takenEstimate) {
+	t.Helper()
+	require.NotNil(t, e, "upgrade status -o json showed plan %s's time estimate while it ran, from ImagePreloading on", plan.Name)
+	end := time.Now()
+	for _, p := range plan.Status.PhaseTransitionTimestamps {
+		if p.Phase == apiv1beta1.PhaseSucceeded {
+			end = p.PhaseTransitionTimestamp.Time
+		}
+	}
+	left := time.Duration(e.est.RemainingSeconds) * time.Second
+	actual := end.Sub(e.at).Round(time.Second)
+	ratio := 0.0
+	if actual > 0 {
+		ratio = left.Seconds() / actual.Seconds()
+	}
+	var bases []string
+	for _, ph := range e.est.Phases {
+		bases = append(bases, fmt.Sprintf("%s %ds (%s)", ph.Phase, ph.RemainingSeconds, ph.Basis))
+	}
+	line := fmt.Sprintf("estimate at %s: %s left, actual %s, ratio %.2f", e.phase, left, actual, ratio)
+	t.Logf("%s (first %t, partial %t, assumed %t); %s\nEnds: %s", line, e.est.First, e.est.Partial, e.est.Assumed,
+		strings.Join(bases, ", "), e.est.Line())
+	report := fmt.Sprintf("plan\t%s\nphase\t%s\nestimated_seconds\t%d\nactual_seconds\t%d\nratio\t%.2f\nfirst\t%t\npartial\t%t\nassumed\t%t\nphases\t%s\nends\t%s\n",
+		plan.Name, e.phase, e.est.RemainingSeconds, int64(actual.Seconds()), ratio, e.est.First, e.est.Partial, e.est.Assumed,
+		strings.Join(bases, ", "), e.est.Line())
+	require.NoError(t, os.WriteFile(filepath.Join(c.artifacts, "estimate-"+plan.Name+".txt"), []byte(line+"\n"+report), 0o644))
+
+	require.Positive(t, e.est.RemainingSeconds, "the estimate is not zero")
+	require.NotEmpty(t, e.est.Phases, "the estimate names the phases left")
+	grounded := false
+	for _, ph := range e.est.Phases {
+		require.NotEmpty(t, ph.Basis, "phase %s says what its estimate rests on", ph.Phase)
+		grounded = grounded || ph.Basis != string(forecast.BasisUnknown)
+	}
+	require.True(t, grounded, "some phase's estimate rests on something")
 }

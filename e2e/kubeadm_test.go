@@ -41,7 +41,8 @@ const (
 // control plane, kube-proxy and CoreDNS run the release's images (their config digests against
 // the ISO's archives); no image was pulled; the workload stayed available as the budget allows;
 // the plan Succeeded with every node's row Upgraded at the target; and a second plan to the same
-// release succeeds without changing any node.
+// release succeeds without changing any node, its time estimate at ImagePreloading logged
+// against the time it then took.
 func TestKubeadmUpgrade(t *testing.T) {
 	c := env(t)
 	if c.formation != "kubeadm" && c.formation != "kubeadm-ha" {
@@ -172,7 +173,13 @@ func TestKubeadmUpgrade(t *testing.T) {
 
 	t.Run("a second plan to the same release, applied with upgrade-repo upgrade apply, changes no node", func(t *testing.T) {
 		snap := nodeSnapshots(t, c)
+		// The estimate of a second plan, with the first one recorded, as the plan enters
+		// ImagePreloading, against the time it then took.
+		taken := estimateWhenEntering(t, c, kubeadmPlanAgain, apiv1beta1.PhaseImagePreloading)
 		again := applyPlan(t, c, kubeadmPlanAgain, target, image, rel)
+		est := taken()
+		reportEstimate(t, c, again, est)
+		require.False(t, est.est.First, "the second plan's estimate rests on the cluster's first plan")
 		for _, n := range c.nodes {
 			ns := again.Status.NodeUpgradeStatuses[n.Name]
 			require.Equal(t, apiv1beta1.NodeUpgraded, ns.State, "row of %s in the second plan", n.Name)

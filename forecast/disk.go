@@ -169,6 +169,10 @@ type NodeDisk struct {
 	// content store; ImagesUnpackedBytes what their unpacked snapshots add besides.
 	ImagesStoredBytes   int64 `json:"imagesStoredBytes"`
 	ImagesUnpackedBytes int64 `json:"imagesUnpackedBytes"`
+	// ArchiveBytes is how many compressed archive bytes the node's preload reads: the whole of
+	// every archive of which the node lacks an image (it reads an archive in full to import
+	// any of its images).
+	ArchiveBytes int64 `json:"archiveBytes"`
 	// ImagesMissing and ImagesTotal count the release's images the node lacks, of all.
 	ImagesMissing int `json:"imagesMissing"`
 	ImagesTotal   int `json:"imagesTotal"`
@@ -266,6 +270,9 @@ func Disk(r Release, n Node) NodeDisk {
 		d.Estimated = d.Estimated || add > 0
 		d.ImagesStoredBytes += add
 		d.ImagesUnpackedBytes += add
+		if missing > 0 {
+			d.ArchiveBytes += a.CompressedBytes
+		}
 	}
 	d.Filesystems = uses(d, n)
 	return d

@@ -9,46 +9,91 @@ import (
 
 func TestTime(t *testing.T) {
 	t.Parallel()
-	const m = time.Minute
+	const (
+		m   = time.Minute
+		mib = int64(1) << 20
+	)
 	past := []PastPlan{
 		{Phases: map[string]time.Duration{"Download": 10 * m, "Preload": 6 * m, "Cleanup": 1 * m}, NodeSteps: []time.Duration{5 * m, 7 * m}},
 		{Phases: map[string]time.Duration{"Download": 20 * m, "Preload": 4 * m}, NodeSteps: []time.Duration{9 * m}},
 	}
 	all := []string{"Download", "Preload", "Nodes", "Cleanup"}
+	unknown := func(ph string) PhaseTime { return PhaseTime{Phase: ph, Basis: BasisUnknown} }
+	history := func(ph string, d time.Duration, n int) PhaseTime {
+		return PhaseTime{Phase: ph, Remaining: d, Basis: BasisHistory, Samples: n}
+	}
+	// Before anything moved on a first plan: 600 MiB of ISO for 3 nodes at 20 MiB/s a node, 100 MiB
+	// of archives one node at a time at 50 MiB/s.
+	sized := map[string]Progress{
+		"Download": {TotalBytes: 600 * mib, AssumedBytesPerSecond: 20 * float64(mib), Parallel: 3},
+		"Preload":  {TotalBytes: 100 * mib, AssumedBytesPerSecond: 50 * float64(mib), Parallel: 1},
+	}
 	tests := []struct {
-		name   string
-		in     TimeInput
-		want   []PhaseTime
-		nodes  []NodeTime
-		total  time.Duration
-		first  bool
-		partly bool
+		name    string
+		in      TimeInput
+		want    []PhaseTime
+		nodes   []NodeTime
+		total   time.Duration
+		first   bool
+		partly  bool
+		assumed bool
 	}{
-		{name: "first plan, nothing measured", in: TimeInput{Phases: all, NodePhase: "Nodes", ControlPlaneLeft: []string{"cp"}},
-			want:  []PhaseTime{{"Download", 0, BasisUnknown, 0}, {"Preload", 0, BasisUnknown, 0}, {"Nodes", 0, BasisUnknown, 0}, {"Cleanup", 0, BasisUnknown, 0}},
+		{name: "first plan, nothing measured, nothing assumed", in: TimeInput{Phases: all, NodePhase: "Nodes", ControlPlaneLeft: []string{"cp"}},
+			want:  []PhaseTime{unknown("Download"), unknown("Preload"), unknown("Nodes"), unknown("Cleanup")},
 			first: true, partly: true},
 		{name: "first plan, download rate measured", in: TimeInput{Phases: all, NodePhase: "Nodes",
 			Rated: map[string]Progress{"Download": {DoneBytes: 100, TotalBytes: 400, Elapsed: 1 * m}}},
-			want:  []PhaseTime{{"Download", 3 * m, BasisRate, 0}, {"Preload", 0, BasisUnknown, 0}, {"Nodes", 0, BasisUnknown, 0}, {"Cleanup", 0, BasisUnknown, 0}},
+			want: []PhaseTime{{Phase: "Download", Remaining: 3 * m, Basis: BasisRate, BytesLeft: 300, BytesPerSecond: 100.0 / 60},
+				unknown("Preload"), unknown("Nodes"), unknown("Cleanup")},
 			total: 3 * m, first: true, partly: true},
+		{name: "first plan before the first byte: the bytes and the nodes at the rates and step assumed", in: TimeInput{Phases: all, NodePhase: "Nodes",
+			Rated: sized, Elapsed: 1 * m, ControlPlaneLeft: []string{"cp"}, OthersLeft: []string{"w1", "w2", "w3"}, Concurrency: 2, AssumedNodeStep: 5 * m},
+			// Download 600 MiB at 3 × 20 MiB/s: 10s, the minute without a byte not taken off; preload 100 MiB at 50 MiB/s: 2s;
+			// nodes: the control plane, then two rounds of workers, 5m each.
+			want: []PhaseTime{
+				{Phase: "Download", Remaining: 10 * time.Second, Basis: BasisAssumed, BytesLeft: 600 * mib, BytesPerSecond: 60 * float64(mib),
+					Assumption: "20.0 MiB/s a node, 3 at a time, for 600.0 MiB"},
+				{Phase: "Preload", Remaining: 2 * time.Second, Basis: BasisAssumed, BytesLeft: 100 * mib, BytesPerSecond: 50 * float64(mib),
+					Assumption: "50.0 MiB/s a node, 1 at a time, for 100.0 MiB"},
+				{Phase: "Nodes", Remaining: 15 * m, Basis: BasisAssumed, NodeStep: 5 * m,
+					Assumption: "5m0s a node, control planes one at a time, the others 2 at a time"},
+				unknown("Cleanup")},
+			nodes: []NodeTime{{"cp", 5*m + 12*time.Second}, {"w1", 10*m + 12*time.Second}, {"w2", 10*m + 12*time.Second}, {"w3", 15*m + 12*time.Second}},
+			total: 15*m + 12*time.Second, first: true, partly: true, assumed: true},
+		{name: "a measured rate wins over the rate assumed", in: TimeInput{Phases: []string{"Preload"},
+			Rated: map[string]Progress{"Preload": {DoneBytes: 50 * mib, TotalBytes: 100 * mib, Elapsed: 10 * time.Second, AssumedBytesPerSecond: 50 * float64(mib)}}},
+			want:  []PhaseTime{{Phase: "Preload", Remaining: 10 * time.Second, Basis: BasisRate, BytesLeft: 50 * mib, BytesPerSecond: 5 * float64(mib)}},
+			total: 10 * time.Second, first: true},
+		{name: "history wins over the rates and step assumed", in: TimeInput{Phases: all, NodePhase: "Nodes", History: past,
+			Rated: sized, OthersLeft: []string{"w1"}, AssumedNodeStep: 1 * m},
+			want:  []PhaseTime{history("Download", 10*m, 2), history("Preload", 4*m, 2), {Phase: "Nodes", Remaining: 7 * m, Basis: BasisHistory, Samples: 3, NodeStep: 7 * m}, history("Cleanup", 1*m, 1)},
+			nodes: []NodeTime{{"w1", 21 * m}},
+			total: 22 * m},
 		{name: "history: medians, elapsed taken off the current phase", in: TimeInput{Phases: all, NodePhase: "Nodes", History: past,
 			Elapsed: 4 * m, ControlPlaneLeft: []string{"cp1", "cp2"}, OthersLeft: []string{"w1", "w2", "w3"}, Concurrency: 2},
 			// Download: median(10, 20) = 10 less 4; node step median(5, 7, 9) = 7: 2 control planes then 2 rounds.
-			want:  []PhaseTime{{"Download", 6 * m, BasisHistory, 2}, {"Preload", 4 * m, BasisHistory, 2}, {"Nodes", 28 * m, BasisHistory, 3}, {"Cleanup", 1 * m, BasisHistory, 1}},
+			want: []PhaseTime{history("Download", 6*m, 2), history("Preload", 4*m, 2),
+				{Phase: "Nodes", Remaining: 28 * m, Basis: BasisHistory, Samples: 3, NodeStep: 7 * m}, history("Cleanup", 1*m, 1)},
 			nodes: []NodeTime{{"cp1", 17 * m}, {"cp2", 24 * m}, {"w1", 31 * m}, {"w2", 31 * m}, {"w3", 38 * m}},
 			total: 39 * m},
 		{name: "a phase past its median has nothing left", in: TimeInput{Phases: []string{"Preload"}, History: past, Elapsed: 30 * m},
-			want: []PhaseTime{{"Preload", 0, BasisHistory, 2}}},
+			want: []PhaseTime{history("Preload", 0, 2)}},
 		{name: "the rate wins over history while the phase runs", in: TimeInput{Phases: []string{"Preload", "Cleanup"}, History: past,
 			Rated: map[string]Progress{"Preload": {DoneBytes: 50, TotalBytes: 100, Elapsed: 2 * m}}},
-			want:  []PhaseTime{{"Preload", 2 * m, BasisRate, 0}, {"Cleanup", 1 * m, BasisHistory, 1}},
+			want:  []PhaseTime{{Phase: "Preload", Remaining: 2 * m, Basis: BasisRate, BytesLeft: 50, BytesPerSecond: 50.0 / 120}, history("Cleanup", 1*m, 1)},
 			total: 3 * m},
 		{name: "node steps of this plan, running nodes' time taken off", in: TimeInput{Phases: []string{"Nodes", "Cleanup"}, NodePhase: "Nodes", History: past,
 			NodeSteps: []time.Duration{2 * m, 4 * m, 3 * m}, OthersLeft: []string{"w1", "w2"}, Concurrency: 2,
 			NodeElapsed: map[string]time.Duration{"w1": 1 * m}},
-			want:  []PhaseTime{{"Nodes", 3 * m, BasisThisPlan, 3}, {"Cleanup", 1 * m, BasisHistory, 1}},
+			want:  []PhaseTime{{Phase: "Nodes", Remaining: 3 * m, Basis: BasisThisPlan, Samples: 3, NodeStep: 3 * m}, history("Cleanup", 1*m, 1)},
 			nodes: []NodeTime{{"w1", 3 * m}, {"w2", 3 * m}},
 			total: 4 * m},
+		{name: "node steps of this plan win over the step assumed, on a first plan", in: TimeInput{Phases: []string{"Nodes"}, NodePhase: "Nodes",
+			NodeSteps: []time.Duration{2 * m}, OthersLeft: []string{"w1", "w2", "w3"}, Concurrency: 2, AssumedNodeStep: 5 * m},
+			// One node finished in 2m: three left, two at a time, is two rounds of 2m.
+			want:  []PhaseTime{{Phase: "Nodes", Remaining: 4 * m, Basis: BasisThisPlan, Samples: 1, NodeStep: 2 * m}},
+			nodes: []NodeTime{{"w1", 2 * m}, {"w2", 2 * m}, {"w3", 4 * m}},
+			total: 4 * m, first: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +104,7 @@ func TestTime(t *testing.T) {
 			require.Equal(t, tt.total, got.Remaining)
 			require.Equal(t, tt.first, got.First)
 			require.Equal(t, tt.partly, got.Partial)
+			require.Equal(t, tt.assumed, got.Assumed)
 		})
 	}
 }

@@ -109,6 +109,9 @@ type Estimate struct {
 	// Partial is true when some phase left has nothing to go on: RemainingSeconds is then a
 	// lower bound.
 	Partial bool `json:"partial"`
+	// Assumed is true when some phase left rests on an assumption (basis assumed), each
+	// phase's assumption said in its Assumption.
+	Assumed bool `json:"assumed"`
 	// Phases are the phases left, in order.
 	Phases []PhaseEstimate `json:"phases"`
 	// Nodes are the nodes left and when each is expected to be upgraded.
@@ -119,11 +122,21 @@ type Estimate struct {
 type PhaseEstimate struct {
 	Phase            string `json:"phase"`
 	RemainingSeconds int64  `json:"remainingSeconds"`
-	// Basis is what it rests on: rate (this plan's bytes a second), history (the median of
-	// the cluster's earlier plans), this plan (its finished node upgrades) or unknown.
+	// Basis is what it rests on: rate (this plan's bytes a second, measured), history (the
+	// median of the cluster's earlier plans), this plan (its finished node upgrades, measured),
+	// assumed (the bytes or nodes known against a stated rate or node time) or unknown (nothing:
+	// it counts for nothing in RemainingSeconds).
 	Basis string `json:"basis"`
 	// Samples is how many earlier plans or node upgrades it rests on.
 	Samples int `json:"samples"`
+	// BytesLeft and BytesPerSecond are, for a phase estimated from a rate (measured or
+	// assumed), the bytes it still moves and that rate over the nodes moving them at once.
+	BytesLeft      int64 `json:"bytesLeft"`
+	BytesPerSecond int64 `json:"bytesPerSecond"`
+	// NodeSeconds is, for NodeUpgrading, how long one node's upgrade is taken to last.
+	NodeSeconds int64 `json:"nodeSeconds"`
+	// Assumption says what was assumed, for the basis assumed; empty otherwise.
+	Assumption string `json:"assumption"`
 }
 
 // NodeEstimate is when a node left is expected to be upgraded, from now.
@@ -132,39 +145,51 @@ type NodeEstimate struct {
 	RemainingSeconds int64  `json:"remainingSeconds"`
 }
 
-// Line says the estimate in one line: the time left, the end, and what it rests on.
+// Line says the estimate in one line: the time left, the end, and what each part rests on:
+// measured (this plan's rates and finished nodes), from history, assumed (with what was
+// assumed), and the phases with nothing to go on, which make the time a lower bound.
 func (e *Estimate) Line() string {
 	left := (time.Duration(e.RemainingSeconds) * time.Second).String()
-	var bases []string
-	seen := map[string]bool{}
-	var unknown []string
+	var measured, past, assumed, unknown []string
 	for _, ph := range e.Phases {
-		switch {
-		case ph.Basis == "unknown":
+		switch ph.Basis {
+		case "unknown":
 			unknown = append(unknown, ph.Phase)
-		case !seen[ph.Basis]:
-			seen[ph.Basis] = true
-			bases = append(bases, ph.Basis)
+		case "rate":
+			measured = append(measured, fmt.Sprintf("%s at %s/s", ph.Phase, Bytes(ph.BytesPerSecond)))
+		case "this plan":
+			measured = append(measured, fmt.Sprintf("%s at %s a node", ph.Phase, time.Duration(ph.NodeSeconds)*time.Second))
+		case "history":
+			past = append(past, ph.Phase)
+		case "assumed":
+			assumed = append(assumed, fmt.Sprintf("%s (%s)", ph.Phase, ph.Assumption))
+		default:
+			past = append(past, ph.Phase+" ("+ph.Basis+")")
 		}
 	}
 	near := e.EndTime.UTC().Format("15:04 UTC")
-	var s string
+	var parts []string
 	switch {
 	case e.Partial && e.RemainingSeconds == 0:
-		s = "not known yet: nothing to go on for " + strings.Join(unknown, ", ")
+		parts = append(parts, "not known yet: nothing to go on for "+strings.Join(unknown, ", "))
+		unknown = nil
 	case e.Partial:
-		s = fmt.Sprintf("in at least %s, near %s at the earliest (from %s); nothing to go on yet for %s", left, near,
-			strings.Join(bases, ", "), strings.Join(unknown, ", "))
+		parts = append(parts, fmt.Sprintf("in at least %s, near %s at the earliest", left, near))
 	default:
-		s = fmt.Sprintf("in about %s, near %s", left, near)
-		if len(bases) > 0 {
-			s += " (from " + strings.Join(bases, ", ") + ")"
+		parts = append(parts, fmt.Sprintf("in about %s, near %s", left, near))
+	}
+	for _, g := range []struct {
+		label string
+		what  []string
+	}{{"measured: ", measured}, {"from history: ", past}, {"assumed: ", assumed}, {"nothing to go on yet for ", unknown}} {
+		if len(g.what) > 0 {
+			parts = append(parts, g.label+strings.Join(g.what, ", "))
 		}
 	}
 	if e.First {
-		s += "; a first estimate: the cluster recorded no earlier plan"
+		parts = append(parts, "a first estimate: the cluster recorded no earlier plan")
 	}
-	return s
+	return strings.Join(parts, "; ")
 }
 
 // Hold is what holds a running plan's nodes back until the operator releases them.

@@ -521,11 +521,22 @@ func TestEstimateLine(t *testing.T) {
 		want string
 	}{
 		{name: "from history and rate", e: Estimate{RemainingSeconds: 1500, EndTime: end, Phases: []PhaseEstimate{
-			{Phase: "ISODownloading", Basis: "rate"}, {Phase: "ImagePreloading", Basis: "history"}, {Phase: "CleaningUp", Basis: "history"}}},
-			want: "in about 25m0s, near 11:30 UTC (from rate, history)"},
+			{Phase: "ISODownloading", Basis: "rate", BytesPerSecond: 12 << 20}, {Phase: "ImagePreloading", Basis: "history"}, {Phase: "CleaningUp", Basis: "history"}}},
+			want: "in about 25m0s, near 11:30 UTC; measured: ISODownloading at 12.0 MiB/s; from history: ImagePreloading, CleaningUp"},
 		{name: "a first plan", e: Estimate{RemainingSeconds: 240, EndTime: end, First: true, Partial: true, Phases: []PhaseEstimate{
-			{Phase: "ISODownloading", Basis: "rate"}, {Phase: "ImagePreloading", Basis: "unknown"}, {Phase: "NodeUpgrading", Basis: "unknown"}}},
-			want: "in at least 4m0s, near 11:30 UTC at the earliest (from rate); nothing to go on yet for ImagePreloading, NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
+			{Phase: "ISODownloading", Basis: "rate", BytesPerSecond: 5 << 20}, {Phase: "ImagePreloading", Basis: "unknown"}, {Phase: "NodeUpgrading", Basis: "unknown"}}},
+			want: "in at least 4m0s, near 11:30 UTC at the earliest; measured: ISODownloading at 5.0 MiB/s; nothing to go on yet for ImagePreloading, NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
+		{name: "a first plan in ImagePreloading: measured, assumed and unknown parts each said", e: Estimate{RemainingSeconds: 990, EndTime: end, First: true, Partial: true, Assumed: true,
+			Phases: []PhaseEstimate{
+				{Phase: "ImagePreloading", Basis: "rate", RemainingSeconds: 90, BytesLeft: 180 << 20, BytesPerSecond: 2 << 20},
+				{Phase: "ClusterUpgrading", Basis: "unknown"},
+				{Phase: "NodeUpgrading", Basis: "assumed", RemainingSeconds: 900, NodeSeconds: 300, Assumption: "5m0s a node, control planes one at a time, the others 1 at a time"},
+				{Phase: "CleaningUp", Basis: "unknown"}}},
+			want: "in at least 16m30s, near 11:30 UTC at the earliest; measured: ImagePreloading at 2.0 MiB/s; assumed: NodeUpgrading (5m0s a node, control planes one at a time, the others 1 at a time); " +
+				"nothing to go on yet for ClusterUpgrading, CleaningUp; a first estimate: the cluster recorded no earlier plan"},
+		{name: "a node time measured on this plan", e: Estimate{RemainingSeconds: 240, EndTime: end, Phases: []PhaseEstimate{
+			{Phase: "NodeUpgrading", Basis: "this plan", NodeSeconds: 120}, {Phase: "CleaningUp", Basis: "history"}}},
+			want: "in about 4m0s, near 11:30 UTC; measured: NodeUpgrading at 2m0s a node; from history: CleaningUp"},
 		{name: "nothing to go on", e: Estimate{EndTime: end, First: true, Partial: true, Phases: []PhaseEstimate{{Phase: "NodeUpgrading", Basis: "unknown"}}},
 			want: "not known yet: nothing to go on for NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
 	}

@@ -508,7 +508,7 @@ func TestDecide(t *testing.T) {
 				cp1, cp2 := d.Status.DiskForecast[0], d.Status.DiskForecast[1]
 				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-1", Filesystems: []v1beta1.FilesystemForecast{
 					{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, UsedPercentAfter: 80}}}, cp1)
-				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-2", ISOBytes: 6 << 30, ImagesStoredBytes: 3 << 30, ImagesUnpackedBytes: 3 << 30, ImagesMissing: 1, Estimated: true, // the ISO records no blobs
+				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-2", ISOBytes: 6 << 30, ImagesStoredBytes: 3 << 30, ImagesUnpackedBytes: 3 << 30, ImagesArchiveBytes: 1 << 30, ImagesMissing: 1, Estimated: true, // the ISO records no blobs
 					Filesystems: []v1beta1.FilesystemForecast{
 						{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 86},
 						{Path: "/var/lib/containerd", What: "images", FreeBytes: 40 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 66, ImageGCHighPercent: 85},

@@ -13,19 +13,22 @@ import (
 const historyPlans = 5
 
 // EstimateTime estimates when plan p ends (forecast.Time): each phase left from the rate it
-// runs at (the ISO's download and the preload, once they moved bytes) or from what the
-// cluster's latest Succeeded plans among plans took (their phase transition timestamps), and
-// NodeUpgrading from the node upgrades this plan finished, else those of the earlier plans
-// (their nodes' upgradeStartTime to Upgraded). nodes are the cluster's nodes and repoNodes the
-// agents' reports, for the download's bytes. It is pure; nil for a plan that finished.
+// runs at (the ISO's download and the preload, once they moved bytes), else from what the
+// cluster's latest Succeeded plans among plans took (their phase transition timestamps), else,
+// for the download and the preload, from the bytes the plan's disk forecast says they move
+// against forecast.DefaultAssumptions; NodeUpgrading from the node upgrades this plan finished,
+// else those of the earlier plans (their nodes' upgradeStartTime to Upgraded), else the node
+// step assumed. nodes are the cluster's nodes and repoNodes the agents' reports, for the
+// download's bytes. It is pure; nil for a plan that finished.
 func EstimateTime(p *v1beta1.UpgradePlan, plans []v1beta1.UpgradePlan, nodes []NodeInfo,
 	repoNodes map[string]*v1beta1.RepoNodeStatus, now time.Time) *forecast.TimeEstimate {
 	st := &p.Status
 	if st.Phase.Finished() {
 		return nil
 	}
+	assume := forecast.DefaultAssumptions
 	in := forecast.TimeInput{NodePhase: string(v1beta1.PhaseNodeUpgrading), History: history(p.Name, plans),
-		Rated: map[string]forecast.Progress{}, NodeElapsed: map[string]time.Duration{}}
+		Rated: map[string]forecast.Progress{}, NodeElapsed: map[string]time.Duration{}, AssumedNodeStep: assume.NodeStep}
 	if o := p.Spec.NodeUpgradeOption; o != nil {
 		in.Concurrency = o.Concurrency
 	}
@@ -45,28 +48,22 @@ func EstimateTime(p *v1beta1.UpgradePlan, plans []v1beta1.UpgradePlan, nodes []N
 	if !started.IsZero() {
 		in.Elapsed = now.Sub(started)
 	}
+	disk := map[string]*v1beta1.NodeDiskForecast{}
+	for i := range st.DiskForecast {
+		disk[st.DiskForecast[i].Node] = &st.DiskForecast[i]
+	}
+	dl := isoProgress(st, nodes, repoNodes, disk)
+	dl.AssumedBytesPerSecond = assume.DownloadBytesPerSecond
+	pre := preloadProgress(p, nodes, disk)
+	pre.AssumedBytesPerSecond = assume.PreloadBytesPerSecond
 	switch st.Phase {
 	case v1beta1.PhaseISODownloading:
-		var pr forecast.Progress
-		for _, n := range nodes {
-			rn := repoNodes[n.Name]
-			if rn == nil || st.Agents == nil || !checksum.Same(rn.ISO.Checksum, st.Agents.ISOChecksum) {
-				continue
-			}
-			pr.DoneBytes += rn.ISO.BytesDone
-			pr.TotalBytes += rn.ISO.BytesTotal
-		}
-		pr.Elapsed = in.Elapsed
-		in.Rated[string(st.Phase)] = pr
+		dl.Elapsed = in.Elapsed
 	case v1beta1.PhaseImagePreloading:
-		var pr forecast.Progress
-		for _, ns := range st.NodeUpgradeStatuses {
-			pr.DoneBytes += ns.BytesDone
-			pr.TotalBytes += ns.BytesTotal
-		}
-		pr.Elapsed = in.Elapsed
-		in.Rated[string(st.Phase)] = pr
+		pre.Elapsed = in.Elapsed
 	}
+	in.Rated[string(v1beta1.PhaseISODownloading)] = dl
+	in.Rated[string(v1beta1.PhaseImagePreloading)] = pre
 	in.NodeSteps = nodeSteps(p)
 	for _, n := range nodes {
 		ns, ok := st.NodeUpgradeStatuses[n.Name]
@@ -90,6 +87,85 @@ func EstimateTime(p *v1beta1.UpgradePlan, plans []v1beta1.UpgradePlan, nodes []N
 	slices.Sort(in.OthersLeft)
 	est := forecast.Time(in)
 	return &est
+}
+
+// isoProgress is the download of the plan's ISO over the nodes: the bytes their agents hold of it
+// and its size, from their reports while they download, from the disk forecast before. A node the
+// forecast says held the ISO when the plan began moves nothing, and its bytes are left out: they
+// would make the rate measured look as if they had come in the phase's first second. All the
+// nodes download at once.
+func isoProgress(st *v1beta1.UpgradePlanStatus, nodes []NodeInfo, repoNodes map[string]*v1beta1.RepoNodeStatus,
+	disk map[string]*v1beta1.NodeDiskForecast) forecast.Progress {
+	var pr forecast.Progress
+	downloading := st.Phase == v1beta1.PhaseISODownloading
+	for _, n := range nodes {
+		f := disk[n.Name]
+		if f != nil && f.ISOBytes == 0 {
+			continue
+		}
+		var size int64
+		if f != nil {
+			size = f.ISOBytes
+		}
+		rn := repoNodes[n.Name]
+		if downloading && rn != nil && st.Agents != nil && checksum.Same(rn.ISO.Checksum, st.Agents.ISOChecksum) {
+			pr.DoneBytes += rn.ISO.BytesDone
+			size = max(size, rn.ISO.BytesTotal)
+		}
+		if size > 0 {
+			pr.TotalBytes += size
+			pr.Parallel++
+		}
+	}
+	return pr
+}
+
+// preloadProgress is the preload over the nodes: the archive bytes read and to read. An agent
+// learns an archive's size only as it opens it, so the total it reports grows archive by archive,
+// and a node not begun reports none: a rate against those totals says the preload is nearly done
+// when it has hardly begun. Each node's total is therefore the larger of its report and what the
+// disk forecast says it reads (the whole of every archive it lacks an image of); without the
+// forecast's figure, a node not preloaded yet is taken to read as much as the most any node that
+// finished read. Nodes preload ImagePreloadOption.Concurrency at a time, all when unset.
+func preloadProgress(p *v1beta1.UpgradePlan, nodes []NodeInfo, disk map[string]*v1beta1.NodeDiskForecast) forecast.Progress {
+	st := &p.Status
+	var pr forecast.Progress
+	preloading := st.Phase == v1beta1.PhaseImagePreloading
+	var most int64
+	for _, n := range nodes {
+		if ns, ok := st.NodeUpgradeStatuses[n.Name]; ok && preloading && ns.State == v1beta1.NodeImagePreloaded {
+			most = max(most, ns.BytesTotal)
+		}
+	}
+	left := 0
+	for _, n := range nodes {
+		ns := st.NodeUpgradeStatuses[n.Name]
+		if !preloading {
+			ns = v1beta1.NodeUpgradeStatus{}
+		}
+		total := ns.BytesTotal
+		if ns.State != v1beta1.NodeImagePreloaded {
+			f := disk[n.Name]
+			switch {
+			// A record from before imagesArchiveBytes has images to store and no figure for them.
+			case f != nil && (f.ImagesArchiveBytes > 0 || f.ImagesStoredBytes == 0):
+				total = max(total, f.ImagesArchiveBytes)
+			default:
+				total = max(total, most)
+			}
+			if total > ns.BytesDone {
+				left++
+			}
+		}
+		pr.DoneBytes += ns.BytesDone
+		pr.TotalBytes += total
+	}
+	pr.Parallel = len(nodes)
+	if o := p.Spec.ImagePreloadOption; o != nil && o.Concurrency > 0 {
+		pr.Parallel = o.Concurrency
+	}
+	pr.Parallel = max(min(pr.Parallel, left), 1)
+	return pr
 }
 
 // phaseStart is when the plan last entered phase; zero when it did not.

@@ -25,7 +25,8 @@ type Metrics struct {
 	timeout time.Duration
 
 	info, phase, phaseStarted, condition, nodes *prometheus.Desc
-	remaining, estimatePartial                  *prometheus.Desc
+	remaining, estimatePartial, estimateAssumed *prometheus.Desc
+	phaseRemaining                              *prometheus.Desc
 	readErrors                                  prometheus.Counter
 }
 
@@ -52,6 +53,11 @@ func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*
 			"or as long as the cluster's earlier plans took them (sequencer.EstimateTime).", "plan"),
 		estimatePartial: d("estimate_partial", "1 when some phase left of a running UpgradePlan has nothing to go on "+
 			"(a cluster's first plan): remaining_seconds is then a lower bound.", "plan"),
+		estimateAssumed: d("estimate_assumed", "1 when some phase left of a running UpgradePlan is estimated from an assumed rate "+
+			"or node time (forecast.DefaultAssumptions), having neither a measured rate nor an earlier plan to go on.", "plan"),
+		phaseRemaining: d("phase_remaining_seconds", "The time each phase left of a running UpgradePlan is estimated to take still, "+
+			"labelled by what the estimate rests on: rate (measured), this plan (its finished nodes), history, assumed or unknown (0).",
+			"plan", "phase", "basis"),
 		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "upgrade_repo_plan_read_errors_total",
 			Help: "Scrapes whose read of the UpgradePlans failed.",
@@ -65,7 +71,8 @@ func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*
 
 // Describe sends the descriptors of every metric Collect sends.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.info, m.phase, m.phaseStarted, m.condition, m.nodes, m.remaining, m.estimatePartial} {
+	for _, d := range []*prometheus.Desc{m.info, m.phase, m.phaseStarted, m.condition, m.nodes, m.remaining, m.estimatePartial,
+		m.estimateAssumed, m.phaseRemaining} {
 		ch <- d
 	}
 	m.readErrors.Describe(ch)
@@ -121,12 +128,13 @@ func (m *Metrics) collectEstimates(ctx context.Context, ch chan<- prometheus.Met
 		if est == nil {
 			continue
 		}
-		partial := 0.0
-		if est.Partial {
-			partial = 1
+		name := plans[i].Name
+		ch <- prometheus.MustNewConstMetric(m.remaining, prometheus.GaugeValue, est.Remaining.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(m.estimatePartial, prometheus.GaugeValue, one(est.Partial), name)
+		ch <- prometheus.MustNewConstMetric(m.estimateAssumed, prometheus.GaugeValue, one(est.Assumed), name)
+		for _, ph := range est.Phases {
+			ch <- prometheus.MustNewConstMetric(m.phaseRemaining, prometheus.GaugeValue, ph.Remaining.Seconds(), name, ph.Phase, string(ph.Basis))
 		}
-		ch <- prometheus.MustNewConstMetric(m.remaining, prometheus.GaugeValue, est.Remaining.Seconds(), plans[i].Name)
-		ch <- prometheus.MustNewConstMetric(m.estimatePartial, prometheus.GaugeValue, partial, plans[i].Name)
 	}
 }
 
@@ -160,4 +168,12 @@ func collectPlan(ch chan<- prometheus.Metric, m *Metrics, p *v1beta1.UpgradePlan
 	for state, n := range byState {
 		gauge(m.nodes, float64(n), p.Name, string(state))
 	}
+}
+
+// one is 1 for true, 0 for false.
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

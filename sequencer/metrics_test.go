@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -84,12 +85,18 @@ func TestMetricsTellThePlans(t *testing.T) {
 			want: []string{
 				`upgrade_repo_plan_condition{condition="Degraded",plan="hvst-upgrade",status="True"} 1`,
 				`upgrade_repo_plan_condition{condition="Progressing",plan="hvst-upgrade",status="True"} 1`,
-				// The cluster's first plan, no byte preloaded yet: nothing to go on.
+				// The cluster's first plan, no byte preloaded yet and no disk forecast: nothing to go
+				// on but the node time assumed, for no node of the cluster.
+				`upgrade_repo_plan_estimate_assumed{plan="hvst-upgrade"} 1`,
 				`upgrade_repo_plan_estimate_partial{plan="hvst-upgrade"} 1`,
 				`upgrade_repo_plan_info{plan="hvst-upgrade",version="v1.6.0"} 1`,
 				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloaded"} 1`,
 				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="ImagePreloading"} 2`,
 				`upgrade_repo_plan_nodes{plan="hvst-upgrade",state="Unknown"} 1`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="assumed",phase="NodeUpgrading",plan="hvst-upgrade"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="CleaningUp",plan="hvst-upgrade"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="ClusterUpgrading",plan="hvst-upgrade"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="ImagePreloading",plan="hvst-upgrade"} 0`,
 				`upgrade_repo_plan_phase_started_timestamp_seconds{plan="hvst-upgrade"} ` + strconv.FormatFloat(float64(entered.Unix()), 'g', -1, 64),
 				`upgrade_repo_plan_phase{phase="ImagePreloading",plan="hvst-upgrade"} 1`,
 				"upgrade_repo_plan_read_errors_total 0",
@@ -104,9 +111,18 @@ func TestMetricsTellThePlans(t *testing.T) {
 			},
 			want: []string{
 				// old took no phase it recorded: the new plan's estimate has nothing to go on.
+				`upgrade_repo_plan_estimate_assumed{plan="new"} 1`,
 				`upgrade_repo_plan_estimate_partial{plan="new"} 1`,
 				`upgrade_repo_plan_info{plan="new",version="v1.6.0"} 1`,
 				`upgrade_repo_plan_info{plan="old",version="v1.5.2"} 1`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="assumed",phase="NodeUpgrading",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="CleaningUp",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="ClusterUpgrading",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="ISODownloading",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="ImagePreloading",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="Initializing",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="MetadataPopulating",plan="new"} 0`,
+				`upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="RepoCreating",plan="new"} 0`,
 				`upgrade_repo_plan_phase{phase="Succeeded",plan="old"} 1`,
 				"upgrade_repo_plan_read_errors_total 0",
 				`upgrade_repo_plan_remaining_seconds{plan="new"} 0`,
@@ -186,4 +202,26 @@ func TestMetricsEstimateFromHistory(t *testing.T) {
 	// Two nodes of 5m each, one at a time, then 2m of cleaning up.
 	require.Contains(t, got, `upgrade_repo_plan_remaining_seconds{plan="next"} 720`)
 	require.Contains(t, got, `upgrade_repo_plan_estimate_partial{plan="next"} 0`)
+	require.Contains(t, got, `upgrade_repo_plan_estimate_assumed{plan="next"} 0`)
+	require.Contains(t, got, `upgrade_repo_plan_phase_remaining_seconds{basis="history",phase="NodeUpgrading",plan="next"} 600`)
+}
+
+// On the cluster's first plan, the nodes' time rests on the node time assumed, and the metrics
+// say so: a remaining time that is not 0 while phases are unknown, a lower bound.
+func TestMetricsEstimateFirstPlan(t *testing.T) {
+	t.Parallel()
+	first := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: "first"}, Spec: v1beta1.UpgradePlanSpec{Version: "v1.6.0"},
+		Status: v1beta1.UpgradePlanStatus{Phase: v1beta1.PhaseClusterUpgraded,
+			NodeUpgradeStatuses: map[string]v1beta1.NodeUpgradeStatus{"n1": {}, "n2": {}}}}
+	objs := []client.Object{first, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}}
+	reg := prometheus.NewPedanticRegistry()
+	_, err := sequencer.NewMetrics(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).Build(), slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	got := gathered(t, reg)
+	step := forecast.DefaultAssumptions.NodeStep.Seconds()
+	require.Contains(t, got, `upgrade_repo_plan_remaining_seconds{plan="first"} `+strconv.FormatFloat(2*step, 'g', -1, 64))
+	require.Contains(t, got, `upgrade_repo_plan_estimate_partial{plan="first"} 1`)
+	require.Contains(t, got, `upgrade_repo_plan_estimate_assumed{plan="first"} 1`)
+	require.Contains(t, got, `upgrade_repo_plan_phase_remaining_seconds{basis="assumed",phase="NodeUpgrading",plan="first"} `+strconv.FormatFloat(2*step, 'g', -1, 64))
+	require.Contains(t, got, `upgrade_repo_plan_phase_remaining_seconds{basis="unknown",phase="CleaningUp",plan="first"} 0`)
 }

@@ -132,7 +132,7 @@ func diskRecord(disk []forecast.NodeDisk) []v1beta1.NodeDiskForecast {
 	var out []v1beta1.NodeDiskForecast
 	for _, d := range disk {
 		f := v1beta1.NodeDiskForecast{Node: d.Node, ISOBytes: d.ISOBytes, ImagesStoredBytes: d.ImagesStoredBytes,
-			ImagesUnpackedBytes: d.ImagesUnpackedBytes, ImagesMissing: int32(d.ImagesMissing), Estimated: d.Estimated}
+			ImagesUnpackedBytes: d.ImagesUnpackedBytes, ImagesArchiveBytes: d.ArchiveBytes, ImagesMissing: int32(d.ImagesMissing), Estimated: d.Estimated}
 		for _, u := range d.Filesystems {
 			f.Filesystems = append(f.Filesystems, v1beta1.FilesystemForecast{Path: u.Path, What: u.What, FreeBytes: u.FreeBytes,
 				TotalBytes: u.TotalBytes, AddedBytes: u.AddedBytes, UsedPercentAfter: int32(math.Round(u.UsedPercentAfter)),

@@ -477,6 +477,11 @@ type NodeDiskForecast struct {
 	// ImagesUnpackedBytes is what their unpacked snapshots add besides.
 	// +optional
 	ImagesUnpackedBytes int64 `json:"imagesUnpackedBytes,omitempty"`
+	// ImagesArchiveBytes is how many compressed archive bytes the node's preload reads: the
+	// whole of every archive of which the node lacked an image. The time estimate's total for
+	// the preload, before the agent learns each archive's size as it opens it.
+	// +optional
+	ImagesArchiveBytes int64 `json:"imagesArchiveBytes,omitempty"`
 	// ImagesMissing is how many of the release's images the node lacked.
 	// +optional
 	ImagesMissing int32 `json:"imagesMissing,omitempty"`

@@ -363,9 +363,11 @@ func planEstimate(ctx context.Context, c client.Reader, plan *v1beta1.UpgradePla
 	}
 	secs := func(d time.Duration) int64 { return int64(d.Round(time.Second) / time.Second) }
 	e := &planview.Estimate{RemainingSeconds: secs(est.Remaining), EndTime: now.Add(est.Remaining).Round(time.Second),
-		First: est.First, Partial: est.Partial, Phases: []planview.PhaseEstimate{}, Nodes: []planview.NodeEstimate{}}
+		First: est.First, Partial: est.Partial, Assumed: est.Assumed, Phases: []planview.PhaseEstimate{}, Nodes: []planview.NodeEstimate{}}
 	for _, ph := range est.Phases {
-		e.Phases = append(e.Phases, planview.PhaseEstimate{Phase: ph.Phase, RemainingSeconds: secs(ph.Remaining), Basis: string(ph.Basis), Samples: ph.Samples})
+		e.Phases = append(e.Phases, planview.PhaseEstimate{Phase: ph.Phase, RemainingSeconds: secs(ph.Remaining), Basis: string(ph.Basis),
+			Samples: ph.Samples, BytesLeft: ph.BytesLeft, BytesPerSecond: int64(ph.BytesPerSecond), NodeSeconds: secs(ph.NodeStep),
+			Assumption: ph.Assumption})
 	}
 	for _, n := range est.Nodes {
 		e.Nodes = append(e.Nodes, planview.NodeEstimate{Node: n.Node, RemainingSeconds: secs(n.Remaining)})

@@ -144,7 +144,7 @@ func TestUpgradeStatusText(t *testing.T) {
 	want := `Plan:      p
 Version:   unknown -> v1.6.0
 Phase:     NodeUpgrading for 60m, 60m since the plan started
-Ends:      in about 12m0s, near 11:12 UTC (from history)
+Ends:      in about 12m0s, near 11:12 UTC; from history: NodeUpgrading, CleaningUp
 
 NODE        STATE                 SINCE   KUBELET   TARGET   PRELOAD   MESSAGE
 cp-a        Pending               -       v1.32.7   -        -
@@ -291,6 +291,78 @@ func TestUpgradeStatusWatch(t *testing.T) {
 				_, after, _ = strings.Cut(after, "\n")
 				require.Equal(t, tt.lines, strings.Split(strings.TrimSuffix(after, "\n"), "\n"), stdout.String())
 			}
+		})
+	}
+}
+
+func TestUpgradeStatusEstimate(t *testing.T) {
+	t.Parallel()
+	const mib = int64(1) << 20
+	// preloading is plan p 1m into ImagePreloading: cp-a read its 100 MiB, cp-b 20 MiB of the
+	// archive it opened, aa-worker nothing; the pre-flight said each reads 100 MiB.
+	preloading := func() *v1beta1.UpgradePlan {
+		p := upgradeTestPlan("p", time.Hour-time.Minute, v1beta1.PhaseImagePreloading)
+		p.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+			"cp-a":      {State: v1beta1.NodeImagePreloaded, BytesDone: 100 * mib, BytesTotal: 100 * mib},
+			"cp-b":      {State: v1beta1.NodeImagePreloading, BytesDone: 20 * mib, BytesTotal: 30 * mib},
+			"aa-worker": {State: v1beta1.NodeImagePreloadPending},
+		}
+		for _, n := range []string{"cp-a", "cp-b", "aa-worker"} {
+			p.Status.DiskForecast = append(p.Status.DiskForecast, v1beta1.NodeDiskForecast{Node: n, ImagesStoredBytes: 200 * mib, ImagesArchiveBytes: 100 * mib})
+		}
+		return p
+	}
+	// earlier took 2m in ClusterUpgrading and 10m a node.
+	earlier := upgradeTestPlan("earlier", -48*time.Hour, v1beta1.PhaseSucceeded)
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(upgradeT0.Add(-48*time.Hour + d)) }
+	atp := func(d time.Duration) *metav1.Time { m := at(d); return &m }
+	earlier.Status.PhaseTransitionTimestamps = []v1beta1.PhaseTransitionTimestamp{
+		{Phase: v1beta1.PhaseImagePreloading, PhaseTransitionTimestamp: at(0)}, {Phase: v1beta1.PhaseClusterUpgrading, PhaseTransitionTimestamp: at(5 * time.Minute)},
+		{Phase: v1beta1.PhaseNodeUpgrading, PhaseTransitionTimestamp: at(7 * time.Minute)}, {Phase: v1beta1.PhaseCleaningUp, PhaseTransitionTimestamp: at(37 * time.Minute)},
+		{Phase: v1beta1.PhaseSucceeded, PhaseTransitionTimestamp: at(38 * time.Minute)}}
+	earlier.Status.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{
+		"cp-a": {State: v1beta1.NodeUpgraded, UpgradeStartTime: atp(7 * time.Minute), StateTime: atp(17 * time.Minute)}}
+	tests := []struct {
+		name    string
+		objs    []client.Object
+		first   bool
+		partial bool
+		assumed bool
+		bases   []string
+		line    string
+	}{
+		{name: "a first plan in ImagePreloading: the rate measured, the nodes assumed, the rest unknown", objs: []client.Object{preloading()},
+			first: true, partial: true, assumed: true, bases: []string{"rate", "unknown", "assumed", "unknown"},
+			// 120 MiB in 1m, 300 MiB in all: 90s; three nodes at 5m.
+			line: "in at least 16m30s, near 11:16 UTC at the earliest; measured: ImagePreloading at 2.0 MiB/s; " +
+				"assumed: NodeUpgrading (5m0s a node, control planes one at a time, the others 1 at a time); " +
+				"nothing to go on yet for ClusterUpgrading, CleaningUp; a first estimate: the cluster recorded no earlier plan"},
+		{name: "a second plan in ImagePreloading: the rate measured, the rest from history", objs: []client.Object{preloading(), earlier},
+			bases: []string{"rate", "history", "history", "history"},
+			// 90s, 2m, three nodes at 10m, 1m.
+			line: "in about 34m30s, near 11:34 UTC; measured: ImagePreloading at 2.0 MiB/s; from history: ClusterUpgrading, NodeUpgrading, CleaningUp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, stdout, _ := upgradeTestApp()
+			require.NoError(t, upgradeStatus(t.Context(), a, upgradeTestClient(t, tt.objs...), upgradeStatusOptions{plan: "p", output: "json"}, upgradeClock))
+			var got planview.Plan
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &got))
+			e := got.Estimate
+			require.NotNil(t, e)
+			require.Equal(t, tt.first, e.First)
+			require.Equal(t, tt.partial, e.Partial)
+			require.Equal(t, tt.assumed, e.Assumed)
+			var bases []string
+			for _, ph := range e.Phases {
+				bases = append(bases, ph.Basis)
+			}
+			require.Equal(t, tt.bases, bases)
+			require.Equal(t, "ImagePreloading", e.Phases[0].Phase)
+			require.Equal(t, int64(90), e.Phases[0].RemainingSeconds, "180 MiB left at 2 MiB/s")
+			require.Equal(t, 180*mib, e.Phases[0].BytesLeft)
+			require.Equal(t, tt.line, e.Line())
 		})
 	}
 }
