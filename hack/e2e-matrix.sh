@@ -19,6 +19,8 @@
 # server exits, stopped on its first node). The previous release is packed here from
 # E2E_ROLLBACK_WORK (~/.cache/kind-offline-1.34.3, WORK=... K8S_VERSION=1.34.3
 # ../shared/tools/kind-offline.sh up builds both); skipped with the reason when either is missing.
+# Formation kubeadm-bundle is formation kubeadm installed from `make dist`'s bundle as the README's
+# quick start says (hack/e2e.sh, E2E_INSTALL=bundle); not in the default list.
 # env: E2E_FORMATIONS ("single two three witness four kubeadm kubeadm-rollback"), E2E_FULL_FORMATION (four),
 #      and those of hack/e2e.sh (KIND_NODE_IMAGE, E2E_IMAGE_GC, E2E_REBOOT, E2E_STEP_REPO, E2E_TIMEOUT, ...).
 set -euo pipefail
@@ -31,7 +33,7 @@ log() { echo "[e2e-matrix $(date +%T) +$(( $(date +%s) - start ))s] $*" >&2; }
 mkdir -p "$artifacts"
 rm -f "$artifacts"/phases-*.tsv "$artifacts/matrix.tsv"
 kubeadm_from_image=${E2E_KUBEADM_FROM_IMAGE:-local/kind-node:v1.33.13}
-for k in kubeadm kubeadm-ha; do
+for k in kubeadm kubeadm-ha kubeadm-bundle; do
   case " $formations " in
     *" $k "*)
       if ! docker image inspect "$kubeadm_from_image" >/dev/null 2>&1; then
@@ -57,7 +59,7 @@ esac
 
 t0=$(date +%s)
 build_kubeadm=0
-case " $formations " in *" kubeadm "*|*" kubeadm-ha "*|*" kubeadm-rollback "*) build_kubeadm=1 ;; esac
+case " $formations " in *" kubeadm "*|*" kubeadm-ha "*|*" kubeadm-rollback "*|*" kubeadm-bundle "*) build_kubeadm=1 ;; esac
 E2E_BUILD_KUBEADM=$build_kubeadm bash hack/e2e.sh build
 build_s=$(( $(date +%s) - t0 ))
 log "images and release ISO built in ${build_s}s"
@@ -66,7 +68,7 @@ failed=()
 for f in $formations; do
   run=('^TestUpgrade$')
   [ "$f" = "$full" ] && run=('')
-  case $f in kubeadm|kubeadm-ha) run=('^TestKubeadmUpgrade$') ;; kubeadm-rollback) run=('^(TestKubeadmRollback|TestKubeadmBadRelease)$') ;; esac
+  case $f in kubeadm|kubeadm-ha|kubeadm-bundle) run=('^TestKubeadmUpgrade$') ;; kubeadm-rollback) run=('^(TestKubeadmRollback|TestKubeadmBadRelease)$') ;; esac
   log "formation $f: starting (${run[0]:-every test})"
   t0=$(date +%s)
   rc=0
@@ -76,6 +78,9 @@ for f in $formations; do
     [ "$rc" -eq 0 ] && E2E_FORMATION=kubeadm E2E_KUBEADM_FROM_IMAGE=$rollback_from_image E2E_ROLLBACK=1 E2E_ROLLBACK_PREVIOUS_DIR=$prev \
       E2E_ROLLBACK_PREVIOUS_CHECKSUM=sha512:$(sed -n 's/^sum=//p' "$prev/release.env") E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} \
       bash hack/e2e.sh run >> "$artifacts/matrix-$f.log" 2>&1 || rc=$?
+  elif [ "$f" = kubeadm-bundle ]; then
+    E2E_FORMATION=kubeadm E2E_INSTALL=bundle E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} bash hack/e2e.sh run \
+      > "$artifacts/matrix-$f.log" 2>&1 || rc=$?
   else
     E2E_FORMATION=$f E2E_PREBUILT=1 E2E_FRESH=1 E2E_KEEP=0 E2E_RUN=${run[0]} bash hack/e2e.sh run \
       > "$artifacts/matrix-$f.log" 2>&1 || rc=$?

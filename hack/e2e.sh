@@ -46,7 +46,9 @@
 #      TestPinsHoldAgainstImageGC; see below) and E2E_IMAGE_GC_MARGIN (percent above it, 4);
 #      E2E_ROLLBACK (1, formation kubeadm on patch versions of one minor: TestKubeadmRollback and
 #      TestKubeadmBadRelease, with E2E_ROLLBACK_PREVIOUS_DIR and E2E_ROLLBACK_PREVIOUS_CHECKSUM, the
-#      release of the version the cluster starts from; the release built to fail is packed here).
+#      release of the version the cluster starts from; the release built to fail is packed here);
+#      E2E_INSTALL (chart: the chart from charts/ and the images built here; bundle: the images,
+#      chart and CLI of `make dist`'s bundle, installed as the README says).
 # kind is taken from PATH, else from ~/.cache/kind-offline/bin (../shared/E2E.md); kubectl from
 # there first, as it matches the offline node image.
 set -euo pipefail
@@ -385,6 +387,36 @@ if [ "$kubeadm_formation" = 1 ]; then
   fi
 fi
 [ "$compat" = 1 ] && images+=("$script_image")
+# E2E_INSTALL=bundle: the project's images, chart and CLI come from the air-gapped bundle
+# (`make dist`), installed as the README's quick start says: its SHA256SUMS checked, its image
+# archives loaded with `kind load image-archive`, its packaged chart installed at its own image
+# tag, and its CLI run by the tests. The harness's test images still come from the local engine.
+chart=charts/upgrade-repo
+chart_image=(--set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never)
+if [ "${E2E_INSTALL:-chart}" = bundle ]; then
+  dist=$artifacts/dist
+  rm -rf "$dist"
+  VERSION=$version DIST=$dist bash hack/dist.sh
+  tar -xzf "$dist/upgrade-repo-$version-linux-amd64.tar.gz" -C "$dist"
+  bundle=$dist/upgrade-repo-$version-linux-amd64
+  (cd "$bundle" && sha256sum --quiet -c SHA256SUMS)
+  bundled=("$image")
+  [ "$kubeadm_formation" = 1 ] && bundled+=("$kubeadm_image")
+  kept=()
+  for i in "${images[@]}"; do [[ " ${bundled[*]} " == *" $i "* ]] || kept+=("$i"); done
+  images=("${kept[@]}")
+  image=upgrade-repo:${version//+/-}
+  archives=("$bundle/images/upgrade-repo-${version//+/-}.tar")
+  if [ "$kubeadm_formation" = 1 ]; then
+    kubeadm_image=upgrade-repo-kubeadm:${version//+/-}
+    archives+=("$bundle/images/upgrade-repo-kubeadm-${version//+/-}.tar")
+  fi
+  for a in "${archives[@]}"; do retry 3 kind load image-archive "$a" --name "$cluster" >/dev/null; done
+  chart=$(ls "$bundle"/charts/upgrade-repo-*.tgz)
+  chart_image=()
+  install -m 0755 "$bundle/bin/upgrade-repo" "$artifacts/upgrade-repo"
+  log "installing from the bundle $(basename "$bundle"): SHA256SUMS checked, ${archives[*]##*/} loaded, chart $(basename "$chart"), its CLI"
+fi
 retry 3 kind load docker-image "${images[@]}" --name "$cluster" >/dev/null
 log "images loaded: ${images[*]} ($version)"
 # With the image GC thresholds of E2E_IMAGE_GC=1, the harness's own images are pinned as the node
@@ -443,8 +475,7 @@ log "release ISO ($(stat -c %s "$rel/release.iso") bytes, sha512 ${sum:0:16}...)
 # Compatibility mode publishes each plan's repo under the product's names in harvester-system.
 ensure_namespace() { kubectl get namespace "$1" >/dev/null 2>&1 || kubectl create namespace "$1" >/dev/null; }
 retry 3 ensure_namespace harvester-system
-retry 3 helmq upgrade --install "$release" charts/upgrade-repo --namespace "$namespace" --create-namespace \
-  --set image.repository="${image%%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+retry 3 helmq upgrade --install "$release" "$chart" --namespace "$namespace" --create-namespace "${chart_image[@]}" \
   --set release.isoURL="http://e2e-origin.$namespace.svc.cluster.local/release.iso" \
   --set release.isoChecksum="sha512:$sum" --set agent.cacheDir="$cache" \
   --set service.type=NodePort --set service.externalTrafficPolicy=Local \
