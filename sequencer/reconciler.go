@@ -105,6 +105,8 @@ type Reconciler struct {
 	jobAccount   string
 	jobTimeout   time.Duration
 	compat       compatConfig
+	// written holds, by plan name, the last status write (writtenStatus), for staleRead.
+	written sync.Map
 }
 
 // Option configures a Reconciler.
@@ -225,6 +227,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var plan v1beta1.UpgradePlan
 	if err := r.c.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.staleRead(&plan) {
+		// The plan comes back once the cache has the write; the poll in case it never shows.
+		return reconcile.Result{RequeueAfter: r.cfg.Poll}, nil
 	}
 	if plan.Status.Phase.Finished() && !retryAsked(&plan) && !soakWatched(&plan) {
 		return reconcile.Result{}, nil

@@ -144,5 +144,26 @@ func (r *Reconciler) patchStatus(ctx context.Context, plan *v1beta1.UpgradePlan,
 	if err := r.c.Status().Patch(ctx, m, client.RawPatch(types.MergePatchType, p)); err != nil {
 		return false, err
 	}
+	r.written.Store(plan.Name, writtenStatus{from: plan.ResourceVersion, to: m.ResourceVersion})
 	return true, nil
+}
+
+// writtenStatus is the last status write of a plan: the resourceVersion it was written over and
+// the one it made.
+type writtenStatus struct{ from, to string }
+
+// staleRead reports whether plan, as read from the cache, predates the Reconciler's own last
+// write of its status: the cache has not yet seen that write, whose watch event queues the plan
+// again. Deciding on such a read would only be refused (409 Conflict) after acting on it.
+func (r *Reconciler) staleRead(plan *v1beta1.UpgradePlan) bool {
+	v, ok := r.written.Load(plan.Name)
+	if !ok {
+		return false
+	}
+	w := v.(writtenStatus)
+	if plan.ResourceVersion == w.from && w.from != w.to {
+		return true
+	}
+	r.written.Delete(plan.Name)
+	return false
 }

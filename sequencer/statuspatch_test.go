@@ -1,7 +1,9 @@
 package sequencer_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +11,9 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -140,4 +145,43 @@ func TestReconcileUnchangedWritesNothing(t *testing.T) {
 		k.reconcile("up")
 		require.Equal(t, p.ResourceVersion, k.plan("up").ResourceVersion, "a reconcile that changed nothing wrote the plan")
 	}
+}
+
+// TestReconcileWaitsForItsOwnWrite: a plan read from a cache that has not yet seen the
+// Reconciler's own last status write is not decided on (that decision's write would be refused
+// as a conflict); once the cache has the write, it is.
+func TestReconcileWaitsForItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	k := newCluster(t, newPlan("up", nil))
+	var stale *v1beta1.UpgradePlan
+	c := interceptor.NewClient(k.c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if p, ok := obj.(*v1beta1.UpgradePlan); ok && stale != nil {
+				stale.DeepCopyInto(p)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r, err := sequencer.NewReconciler(c, slog.New(slog.NewTextHandler(t.Output(), nil)), sequencer.WithNamespace(testNS),
+		sequencer.WithRepoURL(k.repoURL), sequencer.WithUpgradeImage(testImage), sequencer.WithClock(func() time.Time { return k.now }),
+		sequencer.WithConfig(sequencer.Config{StallAfter: time.Hour, HeartbeatTimeout: time.Hour, Poll: time.Second}))
+	require.NoError(t, err)
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: "up"}}
+	before := k.plan("up")
+	_, err = r.Reconcile(t.Context(), req)
+	require.NoError(t, err)
+	written := k.plan("up")
+	require.NotEqual(t, before.ResourceVersion, written.ResourceVersion, "the first reconcile writes the status")
+
+	stale = before
+	res, err := r.Reconcile(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, res.RequeueAfter, "a stale read waits, the poll as a fallback")
+	require.Equal(t, written.ResourceVersion, k.plan("up").ResourceVersion, "nothing decided on a stale read")
+
+	stale = nil
+	_, err = r.Reconcile(t.Context(), req)
+	require.NoError(t, err)
+	require.NotEqual(t, written.ResourceVersion, k.plan("up").ResourceVersion, "the plan moves on once the cache has the write")
 }
