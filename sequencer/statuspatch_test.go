@@ -3,8 +3,8 @@ package sequencer_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
