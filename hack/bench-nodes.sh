@@ -11,7 +11,8 @@
 # nodes' step times over the concurrency), the sequencer's CPU seconds and peak RSS (/proc), its
 # API requests (the API server's audit log, by the sequencer's user) in all and per node, and the
 # distribution of the sequencer's own time per node (sequencer.NodeTimings). BENCH_NODES_ARGS
-# passes more flags to hack/benchnodes (-concurrency, -step, -zones, -heartbeat, -work-dir).
+# passes more flags to hack/benchnodes (-concurrency, -step, -zones, -heartbeat, -work-dir, and -pprof
+# to keep the sequencer's CPU and heap profiles in the work directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}

@@ -413,7 +413,15 @@ func (d *decider) setNode(name string, f func(*v1beta1.NodeUpgradeStatus)) {
 		d.st.NodeUpgradeStatuses = map[string]v1beta1.NodeUpgradeStatus{}
 	}
 	old := d.st.NodeUpgradeStatuses[name]
-	ns := *old.DeepCopy()
+	// f may stamp a time in the row's Times in place (stamp), so the row gets its own Times;
+	// the rest of the row f only assigns. d.st is Decide's copy of the plan's status, so no
+	// pointer of the row is the observation's. A whole DeepCopy of every row set, every
+	// reconcile, was most of what Decide allocated at a thousand nodes.
+	ns := old
+	if old.Times != nil {
+		t := *old.Times
+		ns.Times = &t
+	}
 	f(&ns)
 	if ns.State != old.State {
 		now := d.now

@@ -208,12 +208,16 @@ func (d *decider) upgraded(_ *nodeRound, n NodeInfo) {
 // (paused, awaiting approval).
 func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []string) {
 	p := d.o.Plan
-	busy := 0
+	// The nodes of the group in flight, gathered once: a node to start is judged against them
+	// (Joinable), and each node started joins them. Gathering them again for every node waiting
+	// made a reconcile of a thousand nodes quadratic.
+	var batch []NodeInfo
 	for _, n := range group {
 		if d.rule(n).inFlight {
-			busy++
+			batch = append(batch, r.info[n])
 		}
 	}
+	busy := len(batch)
 	for _, n := range group {
 		if rule := d.rule(n); rule.inFlight || rule.done {
 			continue
@@ -243,10 +247,11 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 			r.gated = append(r.gated, n)
 			// The next nodes of the group wait for this one.
 			busy = limit
-		case busy < limit && d.notJoinable(r, group, n) != "":
+		case busy < limit && Joinable(r.info[n], batch, d.o.Disruptions) != "":
 			// Another node of the group may join the batch instead: look on.
+			why := Joinable(r.info[n], batch, d.o.Disruptions)
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
-				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForBatch", "not with the nodes in flight: "+d.notJoinable(r, group, n)
+				s.State, s.Reason, s.Message = v1beta1.NodeUpgradePending, "WaitingForBatch", "not with the nodes in flight: "+why
 			})
 		case busy < limit:
 			d.act(ActionCordon, n)
@@ -255,6 +260,7 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 				s.Times = &v1beta1.NodeTimes{Cordoned: d.microNow()}
 			})
 			r.working = append(r.working, n)
+			batch = append(batch, r.info[n])
 			busy++
 		default:
 			d.setNode(n, func(s *v1beta1.NodeUpgradeStatus) {
@@ -263,18 +269,6 @@ func (d *decider) startNodes(r *nodeRound, group []string, limit int) (held []st
 		}
 	}
 	return held
-}
-
-// notJoinable says why node n may not start beside the nodes of group in flight, or "" when it
-// may (Joinable).
-func (d *decider) notJoinable(r *nodeRound, group []string, n string) string {
-	var batch []NodeInfo
-	for _, g := range group {
-		if g != n && d.rule(g).inFlight {
-			batch = append(batch, r.info[g])
-		}
-	}
-	return Joinable(r.info[n], batch, d.o.Disruptions)
 }
 
 // pausedNodes names the nodes the plan's nodeUpgradeOption.pauseNodes holds.

@@ -100,11 +100,14 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 	if err := r.List(ctx, &pdbs); err != nil {
 		return Facts{}, fmt.Errorf("list pod disruption budgets: %w", err)
 	}
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods); err != nil {
-		return Facts{}, fmt.Errorf("list pods: %w", err)
+	if len(pdbs.Items) > 0 {
+		// Every pod of the cluster, listed only when a budget may select some.
+		var pods corev1.PodList
+		if err := r.List(ctx, &pods); err != nil {
+			return Facts{}, fmt.Errorf("list pods: %w", err)
+		}
+		f.UndrainableBudgets = UndrainableBudgets(pdbs.Items, pods.Items)
 	}
-	f.UndrainableBudgets = UndrainableBudgets(pdbs.Items, pods.Items)
 	var v v1beta1.Version
 	switch err := r.Get(ctx, client.ObjectKey{Name: target}, &v); {
 	case apierrors.IsNotFound(err):

@@ -72,47 +72,44 @@ var stuckReasons = map[string]bool{
 	"CreateContainerConfigError": true, "CreateContainerError": true, "CrashLoopBackOff": true,
 }
 
-// stuck says why a running Job's pod cannot make progress, or returns "".
-func (r *Reconciler) stuck(ctx context.Context, j *batchv1.Job) (string, error) {
+// jobPods lists the pods of Job j from the cache, uncopied: they are only read.
+func (r *Reconciler) jobPods(ctx context.Context, j *batchv1.Job) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
-		return "", fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
+	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
 	}
-	for _, p := range pods.Items {
+	return pods.Items, nil
+}
+
+// stuck says why a running Job's pod, of pods, cannot make progress, or returns "".
+func stuck(pods []corev1.Pod) string {
+	for _, p := range pods {
 		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 			if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
-				return fmt.Sprintf("pod %s/%s container %s: %s: %s", p.Namespace, p.Name, cs.Name, w.Reason, w.Message), nil
+				return fmt.Sprintf("pod %s/%s container %s: %s: %s", p.Namespace, p.Name, cs.Name, w.Reason, w.Message)
 			}
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // orphanAfter is how long a node Job's pod may stay Pending, with a container that was created
 // but never started, after its node came back Ready, before it is taken for lost to a reboot.
 const orphanAfter = time.Minute
 
-// orphanedPods names the pods of node Job j that a reboot of their node left behind: Pending,
-// with a container containerd had created but never started, while the node has been Ready
-// again for orphanAfter. The kubelet never fails such a pod, so the Job would not replace it.
-func (r *Reconciler) orphanedPods(ctx context.Context, j *batchv1.Job, nodes []corev1.Node, now time.Time) ([]string, error) {
-	readySince := map[string]time.Time{}
-	for i := range nodes {
-		for _, c := range nodes[i].Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				readySince[nodes[i].Name] = c.LastTransitionTime.Time
-			}
-		}
-	}
-	var pods corev1.PodList
-	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of job %s/%s: %w", j.Namespace, j.Name, err)
-	}
+// orphanedPods names the pods, of a node Job's pods, that a reboot of their node left behind:
+// Pending, with a container containerd had created but never started, while the node has been
+// Ready again for orphanAfter. The kubelet never fails such a pod, so the Job would not replace
+// it. node finds a Node by name (nil when there is none): only the nodes of the Job's pods are
+// looked at, not every node of the cluster for every Job.
+func orphanedPods(pods []corev1.Pod, node func(string) *corev1.Node, now time.Time) []string {
 	var out []string
-	for _, p := range pods.Items {
-		since, ready := readySince[p.Spec.NodeName]
-		if p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil || !ready ||
-			!since.After(p.CreationTimestamp.Time) || now.Sub(since) < orphanAfter {
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil {
+			continue
+		}
+		since, ready := readySince(node(p.Spec.NodeName))
+		if !ready || !since.After(p.CreationTimestamp.Time) || now.Sub(since) < orphanAfter {
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
@@ -123,7 +120,20 @@ func (r *Reconciler) orphanedPods(ctx context.Context, j *batchv1.Job, nodes []c
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
+}
+
+// readySince returns when node n last became Ready, and whether it is Ready; a nil n is not.
+func readySince(n *corev1.Node) (time.Time, bool) {
+	if n == nil {
+		return time.Time{}, false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // jobName names a plan's Job for an attempt, within the 63 characters a label value may have.

@@ -114,6 +114,17 @@ func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan,
 		return fmt.Errorf("list jobs: %w", err)
 	}
 	o.NodeJobs = map[string]JobState{}
+	var byName map[string]*corev1.Node
+	nodeByName := func(name string) *corev1.Node {
+		// Indexed once, on the first Job pod that asks.
+		if byName == nil {
+			byName = make(map[string]*corev1.Node, len(nodes))
+			for i := range nodes {
+				byName[nodes[i].Name] = &nodes[i]
+			}
+		}
+		return byName[name]
+	}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if attempt(j.Labels) != plan.Status.Retries {
@@ -130,14 +141,13 @@ func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan,
 			}
 		}
 		if !st.Succeeded && !st.Failed {
-			var err error
-			if st.Stuck, err = r.stuck(ctx, j); err != nil {
+			pods, err := r.jobPods(ctx, j)
+			if err != nil {
 				return err
 			}
+			st.Stuck = stuck(pods)
 			if j.Labels[LabelComponent] == "node" {
-				if st.Orphaned, err = r.orphanedPods(ctx, j, nodes, o.Now); err != nil {
-					return err
-				}
+				st.Orphaned = orphanedPods(pods, nodeByName, o.Now)
 			}
 		}
 		switch j.Labels[LabelComponent] {

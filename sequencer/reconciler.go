@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +105,8 @@ type Reconciler struct {
 	jobAccount   string
 	jobTimeout   time.Duration
 	compat       compatConfig
+	// written holds, by plan name, the last status write (writtenStatus), for staleRead.
+	written sync.Map
 }
 
 // Option configures a Reconciler.
@@ -226,6 +228,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.c.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.staleRead(&plan) {
+		// The plan comes back once the cache has the write; the poll in case it never shows.
+		return reconcile.Result{RequeueAfter: r.cfg.Poll}, nil
+	}
 	if plan.Status.Phase.Finished() && !retryAsked(&plan) && !soakWatched(&plan) {
 		return reconcile.Result{}, nil
 	}
@@ -256,19 +262,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Error("publish the repo for the product's scripts", "err", err)
 		return r.degrade(ctx, &plan, "CompatibilityFailed", err.Error())
 	}
-	if !equality.Semantic.DeepEqual(plan.Status, d.Status) {
-		from := plan.Status.Phase
-		plan.Status = d.Status
-		if err := r.c.Status().Update(ctx, &plan); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("update status of plan %s: %w", plan.Name, err)
-		}
-		if from != d.Status.Phase {
-			log.Info("phase", "from", string(from), "to", string(d.Status.Phase))
-		}
+	from := plan.Status.Phase
+	written, err := r.patchStatus(ctx, &plan, &d.Status)
+	switch {
+	case apierrors.IsConflict(err):
+		return reconcile.Result{Requeue: true}, nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("update status of plan %s: %w", plan.Name, err)
+	case written && from != d.Status.Phase:
+		log.Info("phase", "from", string(from), "to", string(d.Status.Phase))
 	}
+	plan.Status = d.Status
 	if r.events != nil {
 		for _, e := range d.Events {
 			typ := corev1.EventTypeNormal
@@ -289,13 +293,17 @@ func retryAsked(p *v1beta1.UpgradePlan) bool {
 
 // degrade records a failed action on the plan's status and asks to be called again.
 func (r *Reconciler) degrade(ctx context.Context, plan *v1beta1.UpgradePlan, reason, msg string) (reconcile.Result, error) {
-	meta.SetStatusCondition(&plan.Status.Conditions, metav1.Condition{
+	// The status but for its conditions is shared with plan's: only they are patched.
+	to := plan.Status
+	to.Conditions = slices.Clone(plan.Status.Conditions)
+	meta.SetStatusCondition(&to.Conditions, metav1.Condition{
 		Type: v1beta1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
 		ObservedGeneration: plan.Generation, LastTransitionTime: metav1.NewTime(r.now().UTC().Truncate(time.Second)),
 	})
-	if err := r.c.Status().Update(ctx, plan); err != nil && !apierrors.IsConflict(err) {
+	if _, err := r.patchStatus(ctx, plan, &to); err != nil && !apierrors.IsConflict(err) {
 		return reconcile.Result{}, fmt.Errorf("update status of plan %s: %w", plan.Name, err)
 	}
+	plan.Status = to
 	if r.events != nil {
 		r.events.Eventf(plan, nil, corev1.EventTypeWarning, reason, string(plan.Status.Phase), "%s", msg)
 	}

@@ -166,6 +166,18 @@ func newClusterOf(t *testing.T, plan *v1beta1.UpgradePlan, extra ...client.Objec
 				}
 				return c.SubResource(sub).Update(ctx, obj, opts...)
 			},
+			// The sequencer writes a plan's status as a merge patch (StatusPatch): the same
+			// forced restart as for an update.
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if obj.GetObjectKind().GroupVersionKind().Kind == "UpgradePlan" && k.failStatusOnce {
+					var cur v1beta1.UpgradePlan
+					if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &cur); err == nil && !k.failedIn[cur.Status.Phase] {
+						k.failedIn[cur.Status.Phase] = true
+						return apierrors.NewServiceUnavailable("sequencer restarted")
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
 			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
 				if sub == "eviction" && obj.GetName() == k.blockEviction {
 					return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)

@@ -48,6 +48,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	leaseNamespace := fset.String("leader-election-namespace", "", "`namespace` of the leader lease (--namespace when empty)")
 	metricsAddr := fset.String("metrics-bind-address", ":8081", "`address` of the metrics endpoint; 0 disables it")
 	probeAddr := fset.String("health-probe-bind-address", ":8082", "`address` of the health probes")
+	pprofAddr := fset.String("pprof-bind-address", "0", "`address` of Go's profiles (net/http/pprof, for measuring); 0 disables them")
 	stallAfter := fset.Duration("stall-after", sequencer.DefaultConfig.StallAfter, "how long a short phase may wait before the plan is Degraded")
 	heartbeat := fset.Duration("heartbeat-timeout", sequencer.DefaultConfig.HeartbeatTimeout, "how old an agent's report may be")
 	poll := fset.Duration("poll", sequencer.DefaultConfig.Poll, "how often a waiting plan is looked at again")
@@ -108,6 +109,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
 		Cache:                         sequencerCache(ns, *compatNS),
 		HealthProbeBindAddress:        *probeAddr,
+		PprofBindAddress:              *pprofAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -192,7 +194,10 @@ func sequencerCache(ns, compatNS string) cache.Options {
 		services[compatNS] = cache.Config{}
 		byObject[&appsv1.Deployment{}] = cache.ByObject{Namespaces: map[string]cache.Config{compatNS: {}}}
 	}
-	return cache.Options{ByObject: byObject}
+	// What the cache keeps of each object is trimmed to what the sequencer reads
+	// (sequencer.CacheTransform): at a thousand nodes, the managedFields and images of Nodes and
+	// the pod templates of Jobs would be most of its memory.
+	return cache.Options{ByObject: byObject, DefaultTransform: sequencer.CacheTransform}
 }
 
 // waitAPIServer waits until the API server answers, with backoff, for at most timeout: after a

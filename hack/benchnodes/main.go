@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -57,6 +58,9 @@ type config struct {
 	sizes                                                 []int
 	concurrency, zones                                    int
 	step, heartbeat, timeout                              time.Duration
+	// pprof saves the sequencer's CPU profile over the plan's ideal time and its heap profile
+	// at the end, in each size's directory.
+	pprof bool
 }
 
 // result is what one size measured.
@@ -93,6 +97,7 @@ func run() error {
 	flag.DurationVar(&c.step, "step", 10*time.Second, "how long each node's step runs")
 	flag.DurationVar(&c.heartbeat, "heartbeat", 10*time.Second, "the fake agents' report interval (the real agent's default)")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "how long one size may run")
+	flag.BoolVar(&c.pprof, "pprof", false, "save the sequencer's CPU profile (over the ideal time) and heap profile in each size's directory (see -work-dir)")
 	flag.Parse()
 	if *stages != "" {
 		c.kwokStages = strings.Split(*stages, ",")
@@ -235,6 +240,15 @@ func runSize(ctx context.Context, log *slog.Logger, c config, n int, dir string)
 	seq := exec.CommandContext(ctx, c.sequencerBin, "sequencer", "--kubeconfig", kcs["sequencer"], "--namespace", namespace,
 		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe),
 		"--upgrade-image", "registry.local/upgrade:v2", "--installed-version", "v1")
+	pprofURL := ""
+	if c.pprof {
+		port, err := freePort()
+		if err != nil {
+			return res, err
+		}
+		seq.Args = append(seq.Args, "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", port))
+		pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", port)
+	}
 	seq.Stdout, seq.Stderr = seqLog, seqLog
 	started := time.Now()
 	if err := seq.Start(); err != nil {
@@ -247,11 +261,25 @@ func runSize(ctx context.Context, log *slog.Logger, c config, n int, dir string)
 		}
 	}
 	defer stopSeq()
+	cpuDone := make(chan struct{})
+	if pprofURL != "" {
+		secs := int((time.Duration(n) * c.step / time.Duration(c.concurrency)).Seconds())
+		go func() {
+			defer close(cpuDone)
+			saveProfile(ctx, log, fmt.Sprintf("%sprofile?seconds=%d", pprofURL, secs), filepath.Join(dir, "cpu.pprof"))
+		}()
+	} else {
+		close(cpuDone)
+	}
 	plan, err := waitPlan(ctx, cl, n)
 	if err != nil {
 		return res, err
 	}
 	res.toDone = time.Since(started)
+	if pprofURL != "" {
+		<-cpuDone
+		saveProfile(ctx, log, pprofURL+"heap", filepath.Join(dir, "heap.pprof"))
+	}
 	if b, err := json.MarshalIndent(plan, "", "  "); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "plan.json"), b, 0o644)
 	}
@@ -287,6 +315,36 @@ func runSize(ctx context.Context, log *slog.Logger, c config, n int, dir string)
 	res.ideal = time.Duration(n) * c.step / time.Duration(c.concurrency)
 	res.requests, res.writes, res.watches, res.byVerb, err = countRequests(api.auditAt, "sequencer")
 	return res, err
+}
+
+// saveProfile saves the profile at url in path, retrying while the sequencer starts; a failure
+// is logged, not fatal: the profiles are for looking into, the figures do not rest on them.
+func saveProfile(ctx context.Context, log *slog.Logger, url, path string) {
+	for range 50 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			log.Warn("profile", "url", url, "err", err)
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		if err != nil || resp.StatusCode != http.StatusOK {
+			log.Warn("profile", "url", url, "status", resp.StatusCode, "err", err)
+		}
+		return
+	}
+	log.Warn("profile: the sequencer's pprof never answered", "url", url)
 }
 
 // createNodes creates the simulated nodes: for kwok, annotated as its fake nodes, which it makes
