@@ -211,7 +211,8 @@ type NodeDisk struct {
 	// that does not record its images' blobs) rather than counted blob by blob.
 	Estimated bool `json:"estimated,omitempty"`
 	// Basis says how the images' bytes were counted: BasisMeasured or BasisBlobs for the
-	// archives whose blobs are known, BasisImages when no archive's are.
+	// archives whose blobs are known, BasisImages when no archive's are; empty without
+	// archives.
 	Basis string `json:"basis,omitempty"`
 	// Filesystems are the file systems the bytes land on; empty when the node reported none.
 	Filesystems []FilesystemUse `json:"filesystems,omitempty"`
@@ -252,7 +253,9 @@ func Disk(r Release, n Node) NodeDisk {
 	held := func(ref string) bool { return n.Held != nil && n.Held(ref) }
 	seen := map[string]bool{}
 	written := map[string]bool{}
-	d.Basis = BasisImages
+	if len(r.Archives) > 0 {
+		d.Basis = BasisImages
+	}
 	for _, a := range r.Archives {
 		missing := 0
 		for _, ref := range a.Images {
