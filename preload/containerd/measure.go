@@ -7,8 +7,8 @@ import (
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
-	"github.com/opencontainers/image-spec/identity"
 	digest "github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 
 	"github.com/upgrade-repo/upgrade-repo/preload"
 )
