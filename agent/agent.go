@@ -318,6 +318,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		if a.store != nil && a.fetch != nil {
 			g.Go(func() error { a.keepPrevious(gctx); return nil })
 		}
+		// A client of its own, bounded by forecastTimeout, for the few ranges of the origin's ISO.
+		g.Go(func() error { a.forecastISO(gctx, &http.Client{}); return nil })
 	}
 	g.Go(func() error {
 		if a.cfg.ISOFile == "" && a.cfg.ISOURL == "" {

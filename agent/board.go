@@ -55,6 +55,9 @@ type Status struct {
 	Step *v1beta1.RepoNodeStep `json:"step,omitempty"`
 	// Cleanup is the last removal of earlier releases' images (see clean.go); a reset keeps it.
 	Cleanup *preload.Cleanup `json:"cleanup,omitempty"`
+	// Forecast is the last measure of a judged plan's release (see forecast.go); a reset keeps
+	// it. The board never changes the one it holds: it replaces it whole.
+	Forecast *v1beta1.RepoNodeForecast `json:"forecast,omitempty"`
 }
 
 // ISOStatus is the state of one ISO on this node.
@@ -293,6 +296,9 @@ func (b *Board) RepoNode(url string) v1beta1.RepoNodeStatus {
 		}
 	}
 	st.Cleanup = repoNodeCleanup(s.Cleanup)
+	if s.Forecast != nil {
+		st.Forecast = s.Forecast.DeepCopy()
+	}
 	st.Preload.RestoredTotal = s.RestoredTotal
 	st.Preload.ImagesPinned = s.ImagesPinned
 	for _, r := range s.Restored {

@@ -43,7 +43,8 @@
 // preload.Store and the Gossip interface), nor the commands.
 //
 // Imports: api, sequencer/report (the plans' instructions), peer, peer/inventory, peer/cache,
-// peer/fetch, peer/serve, chunks, checksum, iso, isorepo, repo, registry, release, preload,
-// nodestep (the step's reports), backoff, idle, printable and redact; never its adapters
+// peer/fetch, peer/serve, chunks, checksum, iso, isorelease and httprange (a judged release's
+// ranges, forecast.go), isorepo, repo, registry, release, preload, nodestep (the step's
+// reports), backoff, idle, printable and redact; never its adapters
 // (preload/containerd, peer/memberlist), which are handed in, nor the sequencer.
 package agent

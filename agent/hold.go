@@ -321,8 +321,18 @@ func (a *Agent) preload(ctx context.Context, path, hex string) string {
 // releaseName names the release of the ISO in fsys for the images' pins: its version, else a
 // prefix of the ISO's checksum.
 func releaseName(fsys fs.FS, hex string) string {
-	if r, err := release.LoadRelease(fsys); err == nil && r.Harvester != "" && !strings.ContainsAny(r.Harvester, " \t\r\n\"=,") {
-		return r.Harvester
+	var name string
+	if r, err := release.LoadRelease(fsys); err == nil {
+		name = r.Harvester
+	}
+	return claimName(name, hex)
+}
+
+// claimName is the name the release harvester of the ISO hex claims its images by: its own, or
+// the ISO's when it cannot be part of a label key.
+func claimName(harvester, hex string) string {
+	if harvester != "" && !strings.ContainsAny(harvester, " \t\r\n\"=,") {
+		return harvester
 	}
 	if len(hex) > 16 {
 		hex = hex[:16]

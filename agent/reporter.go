@@ -141,7 +141,15 @@ func (r *reporter) asPlanWrites(sum string) string {
 func sameState(a, b v1beta1.RepoNodeStatus) bool {
 	return a.ISO.Checksum == b.ISO.Checksum && a.ISO.State == b.ISO.State && a.ISO.Message == b.ISO.Message &&
 		a.Repo == b.Repo && a.Preload.State == b.Preload.State && a.Preload.Reason == b.Preload.Reason &&
-		a.Preload.Message == b.Preload.Message && sameStep(a.Step, b.Step)
+		a.Preload.Message == b.Preload.Message && sameStep(a.Step, b.Step) && sameForecast(a.Forecast, b.Forecast)
+}
+
+// sameForecast reports whether two forecasts are the same measure.
+func sameForecast(a, b *v1beta1.RepoNodeForecast) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ISOChecksum == b.ISOChecksum && a.Time.Equal(&b.Time)
 }
 
 // sameStep reports whether two step reports are the same report.

@@ -105,6 +105,10 @@ type Node struct {
 	// HeldBlob reports whether the node's containerd holds a blob (by digest) already, content
 	// and, for a layer, its snapshot; nil holds none. Only archives whose blobs are known use it.
 	HeldBlob func(digest string) bool
+	// Measured is what the node's agent measured it lacks of the blobs of the release's archives
+	// whose blobs are known; nil when it did not. It stands for them instead of Held and
+	// HeldBlob.
+	Measured *Measured
 	// ImageGCHighPercent and ImageGCLowPercent are the kubelet's image garbage collection
 	// thresholds; 0 takes the kubelet's defaults.
 	ImageGCHighPercent, ImageGCLowPercent int
@@ -115,6 +119,28 @@ type Node struct {
 	// when it does not run (a node that keeps earlier releases' images).
 	CleanupAfter string
 }
+
+// Measured is what a node's agent measured its containerd lacks of a release's blobs, the
+// release's blob index checked blob by blob (RepoNode status.forecast).
+type Measured struct {
+	// StoredBytes is the size of the blobs its content store lacks.
+	StoredBytes int64
+	// Layers counts the layer chains its snapshotter lacks, UnpackedBytes their uncompressed
+	// sizes; each adds SnapshotOverheadBytes besides.
+	Layers        int
+	UnpackedBytes int64
+}
+
+// How a forecast counted the images' bytes (NodeDisk.Basis).
+const (
+	// BasisMeasured: the node's agent checked the release's blobs against its containerd.
+	BasisMeasured = "Measured"
+	// BasisBlobs: the release's blob index, each blob counted unless the node held the release
+	// (HeldBlob).
+	BasisBlobs = "Blobs"
+	// BasisImages: the archives' sizes, by image.
+	BasisImages = "Images"
+)
 
 // When the cleanup of the previous release runs on a node, as the agents do it (docs/operating.md).
 const (
@@ -184,6 +210,10 @@ type NodeDisk struct {
 	// Estimated is true when bytes of an archive's images were estimated from its size (an ISO
 	// that does not record its images' blobs) rather than counted blob by blob.
 	Estimated bool `json:"estimated,omitempty"`
+	// Basis says how the images' bytes were counted: BasisMeasured or BasisBlobs for the
+	// archives whose blobs are known, BasisImages when no archive's are; empty without
+	// archives.
+	Basis string `json:"basis,omitempty"`
 	// Filesystems are the file systems the bytes land on; empty when the node reported none.
 	Filesystems []FilesystemUse `json:"filesystems,omitempty"`
 }
@@ -223,6 +253,9 @@ func Disk(r Release, n Node) NodeDisk {
 	held := func(ref string) bool { return n.Held != nil && n.Held(ref) }
 	seen := map[string]bool{}
 	written := map[string]bool{}
+	if len(r.Archives) > 0 {
+		d.Basis = BasisImages
+	}
 	for _, a := range r.Archives {
 		missing := 0
 		for _, ref := range a.Images {
@@ -238,7 +271,21 @@ func Disk(r Release, n Node) NodeDisk {
 				missing++
 			}
 		}
+		// The preload reads an archive whole to import any image of it, however its bytes count.
+		if missing > 0 {
+			d.ArchiveBytes += a.CompressedBytes
+		}
+		if a.layered() && n.Measured != nil {
+			if d.Basis != BasisMeasured {
+				// The node measured every layered archive at once: counted once.
+				d.Basis = BasisMeasured
+				d.ImagesStoredBytes += n.Measured.StoredBytes
+				d.ImagesUnpackedBytes += n.Measured.UnpackedBytes + int64(n.Measured.Layers)*SnapshotOverheadBytes
+			}
+			continue
+		}
 		if a.layered() {
+			d.Basis = BasisBlobs
 			for _, ref := range a.Images {
 				if held(ref) {
 					continue
@@ -270,9 +317,6 @@ func Disk(r Release, n Node) NodeDisk {
 		d.Estimated = d.Estimated || add > 0
 		d.ImagesStoredBytes += add
 		d.ImagesUnpackedBytes += add
-		if missing > 0 {
-			d.ArchiveBytes += a.CompressedBytes
-		}
 	}
 	d.Filesystems = uses(d, n)
 	return d

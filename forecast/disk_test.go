@@ -120,6 +120,8 @@ func TestDiskLayers(t *testing.T) {
 		estimated        bool
 		cleanup          int64
 		cleanupAfter     string
+		// basis is the Basis expected; empty: BasisBlobs.
+		basis string
 	}{
 		{name: "nothing held: each blob once, the compressed layer unpacked in full", rel: rel, node: Node{Name: "n"},
 			stored: 3*800 + 3*mib + 2*mib + 1*mib + 3*mib, unpacked: 3*mib + 2*mib + 1*mib + 7*mib + 4*ov, missing: 3, total: 3},
@@ -135,6 +137,19 @@ func TestDiskLayers(t *testing.T) {
 			cleanup: 9 * mib, cleanupAfter: CleanupAfterSoak},
 		{name: "no cleanup bytes: no time either", rel: rel, node: Node{Name: "n", CleanupAfter: CleanupAfterPlan},
 			stored: 3*800 + 3*mib + 2*mib + 1*mib + 3*mib, unpacked: 3*mib + 2*mib + 1*mib + 7*mib + 4*ov, missing: 3, total: 3},
+		{name: "the node's measure stands for every blob, once", rel: rel,
+			node:   Node{Name: "n", Measured: &Measured{StoredBytes: 5 * mib, Layers: 2, UnpackedBytes: 8 * mib}},
+			stored: 5 * mib, unpacked: 8*mib + 2*ov, missing: 3, total: 3, basis: BasisMeasured},
+		{name: "the node's measure over HeldBlob and Held", rel: rel,
+			node: Node{Name: "n", Measured: &Measured{StoredBytes: 1 * mib, Layers: 1, UnpackedBytes: 1 * mib},
+				HeldBlob: func(string) bool { return false }, Held: func(ref string) bool { return ref == "a" }},
+			stored: 1 * mib, unpacked: 1*mib + ov, missing: 2, total: 3, basis: BasisMeasured},
+		{name: "the node's measure with an archive without blobs: that one estimated", node: Node{Name: "n", Measured: &Measured{StoredBytes: 1 * mib}},
+			rel:    Release{Archives: []Archive{rel.Archives[0], {Name: "old", Images: []string{"x"}, TarBytes: 5 * mib}}},
+			stored: 1*mib + 5*mib, unpacked: 5 * mib, missing: 3, total: 3, estimated: true, basis: BasisMeasured},
+		{name: "no archive with blobs: a measure has nothing to stand for", node: Node{Name: "n", Measured: &Measured{StoredBytes: 1 * mib}},
+			rel:    Release{Archives: []Archive{{Name: "old", Images: []string{"x"}, TarBytes: 5 * mib}}},
+			stored: 5 * mib, unpacked: 5 * mib, missing: 1, total: 1, estimated: true, basis: BasisImages},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +163,10 @@ func TestDiskLayers(t *testing.T) {
 			require.Equal(t, tt.cleanup, d.CleanupBytes)
 			require.Equal(t, tt.cleanupAfter, d.CleanupAfter)
 			require.Equal(t, tt.stored+tt.unpacked, d.AddedBytes(), "the cleanup makes no room")
+			if tt.basis == "" {
+				tt.basis = BasisBlobs
+			}
+			require.Equal(t, tt.basis, d.Basis)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -506,13 +507,92 @@ func TestDecide(t *testing.T) {
 			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
 				require.Len(t, d.Status.DiskForecast, 4)
 				cp1, cp2 := d.Status.DiskForecast[0], d.Status.DiskForecast[1]
-				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-1", Filesystems: []v1beta1.FilesystemForecast{
+				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-1", ImagesBasis: "Images", Filesystems: []v1beta1.FilesystemForecast{
 					{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, UsedPercentAfter: 80}}}, cp1)
 				require.Equal(t, v1beta1.NodeDiskForecast{Node: "cp-2", ISOBytes: 6 << 30, ImagesStoredBytes: 3 << 30, ImagesUnpackedBytes: 3 << 30, ImagesArchiveBytes: 1 << 30, ImagesMissing: 1, Estimated: true, // the ISO records no blobs
-					Filesystems: []v1beta1.FilesystemForecast{
+					ImagesBasis: "Images", Filesystems: []v1beta1.FilesystemForecast{
 						{Path: "/var/lib/upgrade-repo", What: "ISO", FreeBytes: 20 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 86},
 						{Path: "/var/lib/containerd", What: "images", FreeBytes: 40 << 30, TotalBytes: 100 << 30, AddedBytes: 6 << 30, UsedPercentAfter: 66, ImageGCHighPercent: 85},
 					}}, cp2)
+			}},
+		},
+		{
+			name: "pre-flight: a node's measure of the release stands for its blobs, with the cleanup it forecasts", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = layeredArchives()
+				o.RepoNodes["cp-1"].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: strings.TrimPrefix(testChecksum, "sha512:"), Blobs: 4, MissingBlobs: 1,
+					MissingStoredBytes: 1 << 20, MissingLayers: 1, MissingUnpackedBytes: 2 << 20, CleanupMeasured: true, CleanupImages: 2, CleanupBytes: 7 << 20}
+				o.RepoNodes["cp-2"].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: "sha512:" + strings.Repeat("0", 128), Blobs: 4, MissingStoredBytes: 1}
+				o.RepoNodes["w-1"].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: testChecksum, Message: "the ISO records no image blobs"}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Len(t, d.Status.DiskForecast, 4)
+				byNode := map[string]v1beta1.NodeDiskForecast{}
+				for _, f := range d.Status.DiskForecast {
+					byNode[f.Node] = f
+				}
+				cp1 := byNode["cp-1"]
+				require.Equal(t, "Measured", cp1.ImagesBasis)
+				require.Equal(t, int64(1<<20), cp1.ImagesStoredBytes)
+				require.Equal(t, int64(2<<20+forecast.SnapshotOverheadBytes), cp1.ImagesUnpackedBytes)
+				require.Equal(t, int64(7<<20), cp1.CleanupBytes)
+				require.Equal(t, forecast.CleanupAfterSoak, cp1.CleanupAfter)
+				// Another ISO's measure, or none, leaves the blob index to count.
+				for _, n := range []string{"cp-2", "w-1", "w-2"} {
+					require.Equal(t, "Blobs", byNode[n].ImagesBasis, n)
+					require.Equal(t, int64(3*(1<<20)+2*800), byNode[n].ImagesStoredBytes, n)
+					require.Zero(t, byNode[n].CleanupBytes, n)
+				}
+			}},
+		},
+		{
+			name: "pre-flight: a plan without a soak cleans up after the plan", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = layeredArchives()
+				o.Plan.Spec.Soak = &metav1.Duration{}
+				o.RepoNodes["cp-1"].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: testChecksum, CleanupMeasured: true, CleanupBytes: 5}
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				cp1 := d.Status.DiskForecast[0]
+				require.Equal(t, "Blobs", cp1.ImagesBasis, "no blob was measured")
+				require.Equal(t, int64(5), cp1.CleanupBytes)
+				require.Equal(t, forecast.CleanupAfterPlan, cp1.CleanupAfter)
+			}},
+		},
+		{
+			name: "pre-flight: the agents of Ready nodes are given a while to measure the release", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = layeredArchives()
+				o.Plan.Status.PhaseTransitionTimestamps[0].PhaseTransitionTimestamp = metav1.NewTime(decideNow.Add(-10 * time.Second))
+				for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+					o.RepoNodes[n].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: testChecksum, Blobs: 4}
+				}
+				o.Nodes[3].Ready = true
+			}),
+			want: want{phase: v1beta1.PhaseInitializing, progressing: "AwaitingNodeMeasures", check: func(t *testing.T, d sequencer.Decision) {
+				require.Empty(t, d.Status.DiskForecast)
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionProgressing).Message, "w-2")
+				require.Positive(t, d.RequeueAfter)
+				require.LessOrEqual(t, d.RequeueAfter, 5*time.Second)
+			}},
+		},
+		{
+			name: "pre-flight: a node not Ready is not waited for", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = layeredArchives()
+				o.Plan.Status.PhaseTransitionTimestamps[0].PhaseTransitionTimestamp = metav1.NewTime(decideNow.Add(-10 * time.Second))
+				for _, n := range []string{"cp-1", "cp-2", "w-1"} {
+					o.RepoNodes[n].Forecast = &v1beta1.RepoNodeForecast{ISOChecksum: testChecksum, Blobs: 4}
+				}
+				o.Plan.Spec.Force = true // w-2 not Ready fails a policy otherwise
+				o.Nodes[3].Ready = false
+			}),
+			want: want{phase: v1beta1.PhaseInitialized},
+		},
+		{
+			name: "pre-flight: past the wait, the plan is judged with what the agents reported", o: initializing(20<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyArchives = layeredArchives()
+				o.Plan.Status.PhaseTransitionTimestamps[0].PhaseTransitionTimestamp = metav1.NewTime(decideNow.Add(-sequencer.MeasureWait))
+			}),
+			want: want{phase: v1beta1.PhaseInitialized, check: func(t *testing.T, d sequencer.Decision) {
+				require.Len(t, d.Status.DiskForecast, 4)
+				require.Equal(t, "Blobs", d.Status.DiskForecast[0].ImagesBasis)
 			}},
 		},
 		{
@@ -663,4 +743,23 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// layeredArchives is an ISO's one archive whose blob index the ISO records: two images sharing a
+// base layer of 1 MiB, each with a layer of its own of 1 MiB, and a manifest and a config of
+// 800 bytes together.
+func layeredArchives() []isorelease.Archive {
+	const mib = 1 << 20
+	meta := func(n string) []isorelease.Blob {
+		return []isorelease.Blob{{Digest: "sha256:m" + n, BlobSize: release.BlobSize{Size: 500}}, {Digest: "sha256:c" + n, BlobSize: release.BlobSize{Size: 300}}}
+	}
+	base := isorelease.Blob{Digest: "sha256:base", BlobSize: release.BlobSize{Size: mib, Unpacked: mib}}
+	own := func(n string) isorelease.Blob {
+		return isorelease.Blob{Digest: "sha256:l" + n, BlobSize: release.BlobSize{Size: mib, Unpacked: mib}}
+	}
+	return []isorelease.Archive{{Images: []string{"docker.io/library/a:1", "docker.io/library/b:1"}, Size: 2 * mib, TarBytes: 4 * mib,
+		Blobs: map[string][]isorelease.Blob{
+			"docker.io/library/a:1": append(meta("a"), base, own("a")),
+			"docker.io/library/b:1": append(meta("b"), base, own("b")),
+		}}}
 }

@@ -135,15 +135,39 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 	j.WorkersFirst = WorkersFirst(p)
 	in.Preflight = policy.Preflight{UndrainableBudgets: f.UndrainableBudgets, Certificates: f.Certificates,
 		CertificatesNote: f.CertificatesNote, Now: f.Now, Window: f.Window, CordonedNodes: cordonedByOthers(p, nodes)}
-	j.Disk = diskForecast(&in.Preflight, f, append(slices.Clone(j.ControlPlaneNodes), j.OtherNodes...))
+	j.Disk = diskForecast(&in.Preflight, f, cleanupAfter(p), append(slices.Clone(j.ControlPlaneNodes), j.OtherNodes...))
 	j.Input, j.Result = in, policy.Evaluate(in)
 	j.Batches = WorkerBatches(orderedInfos(nodes, j.OtherNodes), nodeConcurrency(p), f.Disruptions)
 	return j
 }
 
+// cleanupAfter says when the cleanup of the previous release runs after plan p: once its soak
+// ended, or at once when it has none.
+func cleanupAfter(p *v1beta1.UpgradePlan) string {
+	if p != nil && p.Spec.Soak != nil && p.Spec.Soak.Duration <= 0 {
+		return forecast.CleanupAfterPlan
+	}
+	return forecast.CleanupAfterSoak
+}
+
+// NodeMeasure returns what node report rn measured of the ISO isoChecksum (status.forecast): the
+// blobs it lacks (nil when it checked none) and the cleanup's bytes (ok false when not
+// measured). A measure of another ISO is none.
+func NodeMeasure(rn *v1beta1.RepoNodeStatus, isoChecksum string) (m *forecast.Measured, cleanupBytes int64, ok bool) {
+	if rn == nil || rn.Forecast == nil || isoChecksum == "" || !checksum.Same(rn.Forecast.ISOChecksum, isoChecksum) {
+		return nil, 0, false
+	}
+	f := rn.Forecast
+	if f.Blobs > 0 {
+		m = &forecast.Measured{StoredBytes: f.MissingStoredBytes, Layers: int(f.MissingLayers), UnpackedBytes: f.MissingUnpackedBytes}
+	}
+	return m, f.CleanupBytes, f.CleanupMeasured
+}
+
 // diskForecast forecasts the disk of the nodes named, in that order, and records in pre what
-// does not fit and what was not forecast.
-func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecast.NodeDisk {
+// does not fit and what was not forecast. A node's own measure of the release (NodeMeasure)
+// stands for the blobs where it has one; the cleanup of the previous release runs after.
+func diskForecast(pre *policy.Preflight, f JudgeFacts, after string, names []string) []forecast.NodeDisk {
 	if f.ISOSize <= 0 {
 		pre.DiskNote = "the ISO's size is not known"
 		return nil
@@ -153,7 +177,7 @@ func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecas
 		rel.Archives = append(rel.Archives, forecast.Archive{Name: a.Name(), Images: a.Images, CompressedBytes: a.Size, TarBytes: a.TarBytes,
 			Blobs: forecastBlobs(a.Blobs)})
 	}
-	var unknown []string
+	var unknown, unmeasured []string
 	var out []forecast.NodeDisk
 	for _, name := range names {
 		rn := f.RepoNodes[name]
@@ -173,7 +197,16 @@ func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecas
 			// The node preloaded this very ISO: its containerd holds the release's images.
 			n.Held = func(string) bool { return true }
 		}
+		if m, cleanup, ok := NodeMeasure(rn, f.ISOChecksum); m != nil || ok {
+			n.Measured = m
+			if ok {
+				n.CleanupBytes, n.CleanupAfter = cleanup, after
+			}
+		}
 		d := forecast.Disk(rel, n)
+		if d.Basis != forecast.BasisMeasured {
+			unmeasured = append(unmeasured, name+" ("+basisWords[d.Basis]+")")
+		}
 		if probs := d.Problems(); len(probs) > 0 {
 			if pre.DiskProblems == nil {
 				pre.DiskProblems = map[string][]string{}
@@ -190,8 +223,17 @@ func diskForecast(pre *policy.Preflight, f JudgeFacts, names []string) []forecas
 	if len(unknown) > 0 {
 		notes = append(notes, "no file system reported by node "+strings.Join(unknown, ", "))
 	}
+	if len(unmeasured) > 0 && len(f.Archives) > 0 {
+		notes = append(notes, "images not measured by the node, counted from "+strings.Join(unmeasured, ", "))
+	}
 	pre.DiskNote = strings.Join(notes, "; ")
 	return out
+}
+
+// basisWords says what a forecast's images were counted from, for the notes.
+var basisWords = map[string]string{
+	forecast.BasisBlobs:  "the release's blob index",
+	forecast.BasisImages: "the archives' sizes",
 }
 
 // forecastBlobs is an archive's blob index as the forecast reads it; nil for nil.

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -70,7 +72,7 @@ func (d *decider) initialize() {
 			return
 		}
 	}
-	if !d.judgeEarly() || !d.judge(d.o.EarlyRelease) {
+	if !d.judgeEarly() || d.awaitMeasures() || !d.judge(d.o.EarlyRelease) {
 		return
 	}
 	warnings := d.preflight()
@@ -94,6 +96,40 @@ func (d *decider) initialize() {
 		d.st.NodeUpgradeStatuses[n.Name] = v1beta1.NodeUpgradeStatus{}
 	}
 	d.enter(v1beta1.PhaseInitialized)
+}
+
+// MeasureWait is how long the pre-flight waits, from the plan's start, for the agents of Ready
+// nodes to measure the release against their containerd (RepoNode status.forecast): it then
+// judges with what it has, the release's blob index or its archives' sizes for the others.
+const MeasureWait = 30 * time.Second
+
+// awaitMeasures keeps the plan in Initializing, up to MeasureWait, while an agent of a Ready node
+// of the plan has not measured the Version's ISO; it reports whether it did. Nothing is awaited
+// when the ISO's archives could not be read (there is nothing to measure) or no Version names it.
+func (d *decider) awaitMeasures() bool {
+	v := d.o.Version
+	if v == nil || len(d.o.EarlyArchives) == 0 || d.now.Sub(d.enteredAt()) >= MeasureWait {
+		return false
+	}
+	var waiting []string
+	for _, n := range PlanNodes(d.o.Plan, d.o.Nodes) {
+		rn := d.o.RepoNodes[n.Name]
+		if !n.Ready || rn == nil {
+			continue
+		}
+		if f := rn.Forecast; f == nil || !checksum.Same(f.ISOChecksum, v.Spec.ISOChecksum) {
+			waiting = append(waiting, n.Name)
+		}
+	}
+	if len(waiting) == 0 {
+		return false
+	}
+	slices.Sort(waiting)
+	d.wait("AwaitingNodeMeasures", fmt.Sprintf("waiting up to %s for the agents of %s to measure the release against their containerd", MeasureWait, strings.Join(waiting, ", ")), 0, false)
+	if d.out.RequeueAfter <= 0 || d.out.RequeueAfter > 5*time.Second {
+		d.out.RequeueAfter = 5 * time.Second
+	}
+	return true
 }
 
 // validateVersion says what is wrong with v, or returns "". The CRD checks the same, but a
@@ -132,7 +168,8 @@ func diskRecord(disk []forecast.NodeDisk) []v1beta1.NodeDiskForecast {
 	var out []v1beta1.NodeDiskForecast
 	for _, d := range disk {
 		f := v1beta1.NodeDiskForecast{Node: d.Node, ISOBytes: d.ISOBytes, ImagesStoredBytes: d.ImagesStoredBytes,
-			ImagesUnpackedBytes: d.ImagesUnpackedBytes, ImagesArchiveBytes: d.ArchiveBytes, ImagesMissing: int32(d.ImagesMissing), Estimated: d.Estimated}
+			ImagesUnpackedBytes: d.ImagesUnpackedBytes, ImagesArchiveBytes: d.ArchiveBytes, ImagesMissing: int32(d.ImagesMissing), Estimated: d.Estimated,
+			ImagesBasis: d.Basis, CleanupBytes: d.CleanupBytes, CleanupAfter: d.CleanupAfter}
 		for _, u := range d.Filesystems {
 			f.Filesystems = append(f.Filesystems, v1beta1.FilesystemForecast{Path: u.Path, What: u.What, FreeBytes: u.FreeBytes,
 				TotalBytes: u.TotalBytes, AddedBytes: u.AddedBytes, UsedPercentAfter: int32(math.Round(u.UsedPercentAfter)),

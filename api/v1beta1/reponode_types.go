@@ -212,6 +212,10 @@ type RepoNodeStatus struct {
 	// pre-flight space check; nil until the agent read them.
 	// +optional
 	ImageGC *RepoNodeImageGC `json:"imageGC,omitempty"`
+	// Forecast is what the node measured, before any download, of the release a plan being
+	// judged targets; nil until it measured one.
+	// +optional
+	Forecast *RepoNodeForecast `json:"forecast,omitempty"`
 	// Step is what the node's upgrade step last reported through the agent (POST /v1/step);
 	// nil until a step reports.
 	// +optional
@@ -223,6 +227,52 @@ type RepoNodeStatus struct {
 	// HeartbeatTime is when the agent last wrote the report.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
+}
+
+// RepoNodeForecast is what a node's agent measured of a release before it is downloaded: the
+// release's blob index, read from the ISO's URL through range requests, checked blob by blob
+// against the node's containerd, and what the cleanup of the previous release would free.
+type RepoNodeForecast struct {
+	// ISOChecksum is the SHA-512 of the release's ISO (its Version's isoChecksum): the figures
+	// are for that ISO only.
+	ISOChecksum string `json:"isoChecksum"`
+	// Release is the release the ISO holds.
+	// +optional
+	Release string `json:"release,omitempty"`
+	// Blobs is how many distinct blobs of the release's images were checked; 0 when the ISO
+	// records none (an ISO packed without its blob index) or the check failed (Message).
+	// +optional
+	Blobs int32 `json:"blobs,omitempty"`
+	// MissingBlobs is how many of them the node's content store lacks.
+	// +optional
+	MissingBlobs int32 `json:"missingBlobs,omitempty"`
+	// MissingStoredBytes is their size in the content store.
+	// +optional
+	MissingStoredBytes int64 `json:"missingStoredBytes,omitempty"`
+	// MissingLayers is how many layer chains the node's snapshotter lacks.
+	// +optional
+	MissingLayers int32 `json:"missingLayers,omitempty"`
+	// MissingUnpackedBytes is their top layers' uncompressed sizes: what unpacking them adds,
+	// besides each snapshot's directories.
+	// +optional
+	MissingUnpackedBytes int64 `json:"missingUnpackedBytes,omitempty"`
+	// CleanupMeasured is true when CleanupImages and CleanupBytes were measured.
+	// +optional
+	CleanupMeasured bool `json:"cleanupMeasured,omitempty"`
+	// CleanupImages is how many images the cleanup after the upgrade would remove: those earlier
+	// releases claim on the node that the release does not name.
+	// +optional
+	CleanupImages int32 `json:"cleanupImages,omitempty"`
+	// CleanupBytes is the content only those images reference, less the blobs the release
+	// brings (compressed sizes, as status.cleanup.bytesFreed counts them; unpacked snapshots are
+	// not counted).
+	// +optional
+	CleanupBytes int64 `json:"cleanupBytes,omitempty"`
+	// Message says what could not be measured; empty when everything was.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time is when the measure ended.
+	Time metav1.Time `json:"time"`
 }
 
 // RepoNodeCleanup is the removal, from the node's containerd, of the images of the releases the

@@ -488,6 +488,21 @@ type NodeDiskForecast struct {
 	// Estimated is true when an archive did not say its unpacked size and it was assumed.
 	// +optional
 	Estimated bool `json:"estimated,omitempty"`
+	// ImagesBasis says how the images' bytes were counted: Measured (the node's agent checked
+	// the release's blobs against its containerd, status.forecast of its RepoNode), Blobs (the
+	// release's blob index, each blob counted unless the node held the release) or Images (the
+	// archives' sizes, by image).
+	// +optional
+	// +kubebuilder:validation:Enum=Measured;Blobs;Images
+	ImagesBasis string `json:"imagesBasis,omitempty"`
+	// CleanupBytes is what the cleanup of the previous release frees on the node once it runs
+	// (CleanupAfter), as its agent measured it: never room for this plan, whose bytes land
+	// before it. Unset when unknown.
+	// +optional
+	CleanupBytes int64 `json:"cleanupBytes,omitempty"`
+	// CleanupAfter says when that cleanup runs: "after the plan" or "after the soak".
+	// +optional
+	CleanupAfter string `json:"cleanupAfter,omitempty"`
 	// Filesystems are the file systems the bytes land on, as the node reported them.
 	// +optional
 	// +listType=atomic

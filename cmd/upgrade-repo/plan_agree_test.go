@@ -189,6 +189,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			require.NoError(t, err)
 			started := plan.DeepCopy()
 			started.Status.Phase = v1beta1.PhaseInitializing
+			// Past the wait for the agents' measures of the release (none here: the plan command
+			// reads the same reports).
+			started.Status.PhaseTransitionTimestamps = []v1beta1.PhaseTransitionTimestamp{{Phase: v1beta1.PhaseInitializing,
+				PhaseTransitionTimestamp: metav1.NewTime(time.Unix(2000, 0).Add(-sequencer.MeasureWait))}}
 			budgets, err := sequencer.GatherDisruptions(t.Context(), c, nil)
 			require.NoError(t, err)
 			obs := sequencer.NewObservation(time.Unix(2000, 0), started, f)

@@ -20,7 +20,7 @@ import (
 // builder) wire everything and are left out.
 var allowed = map[string][]string{
 	"acquire":                           {"checksum", "chunks", "iso", "peer", "peer/cache", "peer/fetch", "peer/inventory", "internal/redact"},
-	"agent":                             {"api/v1beta1", "internal/backoff", "checksum", "chunks", "internal/idle", "iso", "isorepo", "nodestep", "peer", "peer/cache", "peer/fetch", "peer/inventory", "peer/serve", "preload", "internal/printable", "internal/redact", "registry", "release", "repo", "sequencer/report"},
+	"agent":                             {"api/v1beta1", "internal/backoff", "checksum", "chunks", "internal/httprange", "internal/idle", "iso", "isorelease", "isorepo", "nodestep", "peer", "peer/cache", "peer/fetch", "peer/inventory", "peer/serve", "preload", "internal/printable", "internal/redact", "registry", "release", "repo", "sequencer/report"},
 	"api/v1beta1":                       {},
 	"internal/backoff":                  {},
 	"checksum":                          {},

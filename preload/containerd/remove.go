@@ -85,40 +85,10 @@ func (s *Store) RemoveUnused(ctx context.Context, refs []string, dryRun bool) (p
 			remove[ref] = true
 		}
 	}
-	// Digest-named aliases of a removed image's content go with it, unless a kept name shares
-	// that content. (A listed name whose content a kept name shares goes all the same: only the
-	// name is removed, and no byte is counted as freed.)
-	targets := map[digest.Digest]bool{}
-	for name := range remove {
-		targets[byName[name].Target.Digest] = true
-	}
-	for _, img := range all {
-		if !remove[img.Name] && targets[img.Target.Digest] && !isDigestName(img.Name) {
-			delete(targets, img.Target.Digest)
-		}
-	}
-	for _, img := range all {
-		if targets[img.Target.Digest] && isDigestName(img.Name) && len(users[img.Name]) == 0 && img.Labels[PinnedLabel] != pinnedValue {
-			remove[img.Name] = true
-		}
-	}
-	// The bytes freed: the blobs of the removed images that no remaining image references.
-	freed := map[digest.Digest]bool{}
-	for name := range remove {
-		if err := w.mark(ctx, byName[name].Target, freed, true); err != nil {
-			return out, fmt.Errorf("read image %s: %w", name, classify(err))
-		}
-	}
-	for _, img := range all {
-		if !remove[img.Name] {
-			if err := w.mark(ctx, img.Target, freed, false); err != nil {
-				return out, fmt.Errorf("read image %s: %w", img.Name, classify(err))
-			}
-		}
-	}
-	var bytes int64
-	for d := range freed {
-		bytes += w.blobs[d].size
+	withAliases(all, byName, remove, users)
+	bytes, err := w.freed(ctx, all, byName, remove, nil)
+	if err != nil {
+		return out, err
 	}
 	names := make([]string, 0, len(remove))
 	for name := range remove {
@@ -138,6 +108,52 @@ func (s *Store) RemoveUnused(ctx context.Context, refs []string, dryRun bool) (p
 	}
 	out.Bytes = bytes
 	return out, nil
+}
+
+// withAliases adds to remove the digest-named aliases (isDigestName) of the removed images'
+// content that no container names (users) and nothing pinned, unless a kept name shares that
+// content. (A listed name whose content a kept name shares goes all the same: only the name is
+// removed, and no byte is counted as freed.)
+func withAliases(all []images.Image, byName map[string]images.Image, remove map[string]bool, users map[string][]string) {
+	targets := map[digest.Digest]bool{}
+	for name := range remove {
+		targets[byName[name].Target.Digest] = true
+	}
+	for _, img := range all {
+		if !remove[img.Name] && targets[img.Target.Digest] && !isDigestName(img.Name) {
+			delete(targets, img.Target.Digest)
+		}
+	}
+	for _, img := range all {
+		if targets[img.Target.Digest] && isDigestName(img.Name) && len(users[img.Name]) == 0 && img.Labels[PinnedLabel] != pinnedValue {
+			remove[img.Name] = true
+		}
+	}
+}
+
+// freed returns the size of the blobs of the images remove names that no other image of all
+// references, nor needed names (nil: none): what removing them frees in the content store.
+func (w *walker) freed(ctx context.Context, all []images.Image, byName map[string]images.Image, remove map[string]bool, needed func(string) bool) (int64, error) {
+	freed := map[digest.Digest]bool{}
+	for name := range remove {
+		if err := w.mark(ctx, byName[name].Target, freed, true); err != nil {
+			return 0, fmt.Errorf("read image %s: %w", name, classify(err))
+		}
+	}
+	for _, img := range all {
+		if !remove[img.Name] {
+			if err := w.mark(ctx, img.Target, freed, false); err != nil {
+				return 0, fmt.Errorf("read image %s: %w", img.Name, classify(err))
+			}
+		}
+	}
+	var bytes int64
+	for d := range freed {
+		if needed == nil || !needed(d.String()) {
+			bytes += w.blobs[d].size
+		}
+	}
+	return bytes, nil
 }
 
 // isDigestName reports whether name is a digest form the CRI plugin gives images: an image id

@@ -128,6 +128,10 @@ type Instruction struct {
 	// (status.soak): the agent keeps their ISOs in its cache (getting one it lacks from peers
 	// first) and their images pinned, and cleans no earlier release up while any is listed.
 	Keep []Kept
+	// Judged names the Version of the oldest plan being judged (Initializing, or not started):
+	// its agent measures what the Version's release would add to the node (RepoNode
+	// status.forecast) for the pre-flight; empty when no plan is being judged.
+	Judged string
 	// CleanFor names the release whose earlier releases the agent cleans up now: the release of
 	// the newest Succeeded plan, once its soak ended (Expired or Finalized) and no plan is in
 	// flight or soaking; empty otherwise. A soak ended by a rollback names none: the release
@@ -183,6 +187,9 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	var in Instruction
 	in.Keep, in.CleanFor = soaks(plans)
 	for _, p := range plans {
+		if ph := p.Status.Phase; in.Judged == "" && p.Status.Agents == nil && (ph == "" || ph == v1beta1.PhaseInitializing) {
+			in.Judged = p.Spec.Version
+		}
 		a := p.Status.Agents
 		if a != nil && a.ISOChecksum != "" && installedBy(p.Status.Phase) {
 			in.Installed = append(in.Installed, a.ISOChecksum)

@@ -155,6 +155,21 @@ func TestInstructions(t *testing.T) {
 			want: report.Instruction{Plan: "upgrading", ISOURL: "http://new/iso", ISOChecksum: "new", Held: []string{"new"}, Installed: []string{"old"}},
 		},
 		{
+			name: "the oldest plan being judged names its Version for the node's forecast",
+			plans: []client.Object{
+				func() client.Object {
+					p := plan("judged", newer, nil)
+					p.Status.Phase = v1beta1.PhaseInitializing
+					p.Spec.Version = "v1.6.0"
+					return p
+				}(),
+				plan("new", old, nil),
+				plan("holding", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old", Hold: true}),
+			},
+			node: "n1",
+			want: report.Instruction{Plan: "holding", ISOURL: "http://old/iso", ISOChecksum: "old", Held: []string{"old"}, Judged: "v1.5.2"},
+		},
+		{
 			name: "oldest holding plan wins and preload allowed",
 			plans: []client.Object{
 				plan("a", newer, &v1beta1.AgentInstructions{ISOURL: "http://new/iso", Hold: true}),
