@@ -38,12 +38,19 @@ func jobState(j *batchv1.Job) JobState {
 		case batchv1.JobComplete:
 			st.Succeeded = true
 		case batchv1.JobFailed:
-			st.Failed = true
+			st.Failed, st.FailedAt = true, c.LastTransitionTime.Time
 			st.Message = fmt.Sprintf("job %s/%s failed: %s %s", j.Namespace, j.Name, c.Reason, c.Message)
 		}
 	}
 	return st
 }
+
+// stepWordsWait is how long after a node Job failed the sequencer waits for the step's own words
+// (its pod's termination message) before it takes the Job's failure without them. The Job's and
+// the pods' caches are fed by separate watches: after an API server restart, which a failed
+// control-plane step often brings, the Job's failure can be seen before the pod status that says
+// why.
+const stepWordsWait = 20 * time.Second
 
 // failedSteps says what the failed pods of Job j said as they ended (their termination
 // messages, the step's error or the end of its log), the last one's, or "".

@@ -37,6 +37,9 @@ type JobState struct {
 	Succeeded, Failed bool
 	// Message says why the Job failed.
 	Message string
+	// FailedAt is when the Job was marked failed (its Failed condition's transition); zero when
+	// it did not fail or does not say.
+	FailedAt time.Time
 	// Started and Completed are when the Job started and, once it succeeded, completed; zero
 	// when unknown.
 	Started, Completed time.Time

@@ -136,8 +136,13 @@ func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan,
 			if err != nil {
 				return err
 			}
-			if said != "" {
+			switch {
+			case said != "":
 				st.Message += "; " + said
+			case !st.FailedAt.IsZero() && o.Now.Sub(st.FailedAt) < stepWordsWait:
+				// The pod's status may not have reached the cache yet: the Job counts as
+				// running until it does, or until the wait is over.
+				st.Failed = false
 			}
 		}
 		if !st.Succeeded && !st.Failed {

@@ -112,6 +112,9 @@ type cluster struct {
 	failedIn       map[v1beta1.Phase]bool
 	// blockEviction makes evictions of this pod fail with 429 as a PodDisruptionBudget would.
 	blockEviction string
+	// stepWords is when the failed step's pod, with its termination message, shows: "" with
+	// the Job's failure, "late" a round after it, "never" not at all.
+	stepWords string
 	objects       []client.Object
 	// opts are added to every Reconciler the test builds.
 	opts []sequencer.Option
@@ -262,23 +265,36 @@ func (k *cluster) jobs(seen map[string]int, fail string) {
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		seen[j.Name]++
+		if j.Name == fail && len(j.Status.Conditions) > 0 && k.stepWords == "late" && seen[j.Name] == 3 {
+			// The step's pod status reaches the sequencer a round after the Job's failure.
+			k.stepPod(j)
+		}
 		if seen[j.Name] < 2 || len(j.Status.Conditions) > 0 || j.Labels["hold"] == "true" {
 			continue
 		}
 		typ := batchv1.JobComplete
 		if j.Name == fail {
 			typ = batchv1.JobFailed
-			// The step's pod, ended with its error as its termination message.
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name + "-abcde",
-				Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
-			require.NoError(k.t, k.c.Create(k.t.Context(), pod))
-			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "upgrade", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 86, Message: "node cp-1: the release's kube-apiserver did not come up within 5m0s\n", FinishedAt: metav1.NewTime(k.now)}}}}
-			require.NoError(k.t, k.c.Status().Update(k.t.Context(), pod))
+			if k.stepWords == "" {
+				k.stepPod(j)
+			}
 		}
-		j.Status.Conditions = []batchv1.JobCondition{{Type: typ, Status: corev1.ConditionTrue, Reason: "Test", Message: "played by the test"}}
+		j.Status.Conditions = []batchv1.JobCondition{{Type: typ, Status: corev1.ConditionTrue, Reason: "Test", Message: "played by the test",
+			LastTransitionTime: metav1.NewTime(k.now)}}
 		require.NoError(k.t, k.c.Status().Update(k.t.Context(), j))
 	}
+}
+
+// stepPod creates the failed pod of node Job j: the step's, ended with its error as its
+// termination message.
+func (k *cluster) stepPod(j *batchv1.Job) {
+	k.t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name + "-abcde",
+		Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+	require.NoError(k.t, k.c.Create(k.t.Context(), pod))
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "upgrade", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 86, Message: "node cp-1: the release's kube-apiserver did not come up within 5m0s\n", FinishedAt: metav1.NewTime(k.now)}}}}
+	require.NoError(k.t, k.c.Status().Update(k.t.Context(), pod))
 }
 
 // checkInvariants checks the node upgrade order rules on the cluster as it is now.
@@ -527,6 +543,34 @@ func TestReconcileNodeJobFailsWithTheStepsError(t *testing.T) {
 	require.Equal(t, []int32{nodestep.ExitPermanent}, job.Spec.PodFailurePolicy.Rules[0].OnExitCodes.Values)
 	require.Equal(t, batchv1.PodFailurePolicyActionFailJob, job.Spec.PodFailurePolicy.Rules[0].Action)
 	require.Equal(t, corev1.TerminationMessageFallbackToLogsOnError, job.Spec.Template.Spec.Containers[0].TerminationMessagePolicy)
+}
+
+// A node Job's failure seen before its pod's status (their caches are fed by separate watches)
+// waits a while for the step's words; a pod that never shows does not hold the plan for long.
+func TestReconcileNodeJobFailureWaitsForTheStepsWords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		words, want string
+	}{
+		{"late", "pod up-node-cp-1-abcde exited 86: node cp-1: the release's kube-apiserver did not come up within 5m0s"},
+		{"never", "job upgrade-repo/up-node-cp-1 failed: Test played by the test"},
+	} {
+		t.Run(tc.words, func(t *testing.T) {
+			t.Parallel()
+			k := newCluster(t, newPlan("up", nil))
+			k.stepWords = tc.words
+			p := k.run("up", 300, "up-node-cp-1", 2, 2, nil)
+			if tc.words == "never" {
+				require.Equal(t, v1beta1.PhaseNodeUpgrading, p.Status.Phase, "the failure waits for the step's words")
+				k.now = k.now.Add(30 * time.Second)
+				p = k.run("up", 30, "up-node-cp-1", 2, 2, nil)
+			}
+			require.Equal(t, v1beta1.PhaseFailed, p.Status.Phase, "conditions: %+v", p.Status.Conditions)
+			s := p.Status.NodeUpgradeStatuses["cp-1"]
+			require.Equal(t, v1beta1.NodeUpgradeFailed, s.State)
+			require.Contains(t, s.Message, tc.want)
+		})
+	}
 }
 
 func TestReconcileDrainBlockedByPDB(t *testing.T) {
