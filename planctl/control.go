@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
@@ -261,6 +263,10 @@ type Leftovers struct {
 	// Cordoned names the nodes the plan cordoned that are still unschedulable: nothing
 	// uncordons them once the plan is gone.
 	Cordoned []string
+	// Restored names the node the release failed on first, with no other node touched
+	// (v1beta1.ReasonFirstNodeFailed): kubeadm restored its manifests, so it runs the version it
+	// ran before, and Abort uncordons it.
+	Restored []string
 	// Interrupted names the nodes whose step's Job may be running: the Job and its pod are
 	// deleted with the plan, so the step stops wherever it is and the node may be half
 	// upgraded.
@@ -294,7 +300,10 @@ func Inspect(plan *v1beta1.UpgradePlan, nodes []corev1.Node, sucNamespace string
 		}
 		// A failed node stays cordoned (it may be half upgraded); a node in flight is cordoned
 		// until it rejoins.
-		if unschedulable[n] && (s == v1beta1.NodeUpgradeFailed || slices.Contains(inFlightStates, s)) {
+		switch {
+		case unschedulable[n] && s == v1beta1.NodeUpgradeFailed && st[n].Reason == v1beta1.ReasonFirstNodeFailed:
+			l.Restored = append(l.Restored, n)
+		case unschedulable[n] && (s == v1beta1.NodeUpgradeFailed || slices.Contains(inFlightStates, s)):
 			l.Cordoned = append(l.Cordoned, n)
 		}
 	}
@@ -320,12 +329,21 @@ func reachedNodes(st v1beta1.UpgradePlanStatus) bool {
 }
 
 // Abort deletes plan (the one Inspect was given: the deletion is refused if the plan was
-// replaced by another of the same name since) and returns what it leaves. See Leftovers.
+// replaced by another of the same name since), uncordons the node a release that failed on its
+// first control plane left as it was (Leftovers.Restored), and returns what it leaves. See
+// Leftovers.
 func Abort(ctx context.Context, c client.Client, plan *v1beta1.UpgradePlan, nodes []corev1.Node, sucNamespace string) (Leftovers, error) {
 	l := Inspect(plan, nodes, sucNamespace)
 	uid := plan.UID
 	if err := c.Delete(ctx, plan, client.Preconditions{UID: &uid}); err != nil {
 		return l, fmt.Errorf("delete upgradeplan %s: %w", plan.Name, err)
+	}
+	for _, n := range l.Restored {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":null}}`))
+		if err := c.Patch(ctx, node, patch); err != nil {
+			return l, fmt.Errorf("uncordon node %s: %w", n, err)
+		}
 	}
 	return l, nil
 }

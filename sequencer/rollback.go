@@ -180,6 +180,7 @@ func (d *decider) firstNodeFailure() {
 		}
 	}
 	d.setNode(failed, func(s *v1beta1.NodeUpgradeStatus) {
+		s.Reason = v1beta1.ReasonFirstNodeFailed
 		if !strings.Contains(s.Message, "first control-plane node") {
 			s.Message += " (" + note + ")"
 		}

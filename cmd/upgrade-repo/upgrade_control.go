@@ -226,6 +226,13 @@ func printLeftovers(w io.Writer, l planctl.Leftovers, version string, commands b
 			fmt.Fprintf(w, "  once fit to run pods again: kubectl uncordon %s\n", strings.Join(l.Cordoned, " "))
 		}
 	}
+	if len(l.Restored) > 0 {
+		verb := "is uncordoned"
+		if !commands {
+			verb = "will be uncordoned"
+		}
+		fmt.Fprintf(w, "- nothing on %s: the release failed there first and kubeadm restored its manifests; it runs its earlier version and %s\n", strings.Join(l.Restored, ", "), verb)
+	}
 	if len(l.SUCPlans) > 0 {
 		fmt.Fprintf(w, "- system-upgrade-controller's Plans %s, which go on upgrading nodes until deleted\n", strings.Join(l.SUCPlans, ", "))
 		if commands {

@@ -181,6 +181,8 @@ func TestUpgradeAbort(t *testing.T) {
 		wantDeleted bool
 		wantOut     []string
 		wantNotOut  []string
+		// wantSchedulable names nodes that must be schedulable after the command.
+		wantSchedulable []string
 	}{
 		{
 			name:     "a node stepping: interrupted, stays cordoned, the command to uncordon it",
@@ -198,6 +200,20 @@ func TestUpgradeAbort(t *testing.T) {
 		{
 			name: "a failed node stays cordoned", plan: failedOnNode(), cordoned: []string{"cp-b"}, yes: true, wantDeleted: true,
 			wantOut: []string{"kubectl uncordon cp-b"}, wantNotOut: []string{"interrupted"},
+		},
+		{
+			name: "the node a bad release failed on first, restored by kubeadm, is uncordoned",
+			plan: func() *v1beta1.UpgradePlan {
+				p := failedOnNode()
+				p.Status.NodeUpgradeStatuses["cp-a"] = v1beta1.NodeUpgradeStatus{State: v1beta1.NodeUpgradePending}
+				s := p.Status.NodeUpgradeStatuses["cp-b"]
+				s.Reason = v1beta1.ReasonFirstNodeFailed
+				p.Status.NodeUpgradeStatuses["cp-b"] = s
+				return p
+			}(),
+			cordoned: []string{"cp-b"}, yes: true, wantDeleted: true, wantSchedulable: []string{"cp-b"},
+			wantOut:    []string{"- nothing on cp-b: the release failed there first and kubeadm restored its manifests; it runs its earlier version and is uncordoned"},
+			wantNotOut: []string{"kubectl uncordon"},
 		},
 		{
 			name: "a node the plan uncordoned is not named", plan: failedOnNode(), yes: true, wantDeleted: true,
@@ -253,6 +269,11 @@ func TestUpgradeAbort(t *testing.T) {
 			}
 			for _, not := range tt.wantNotOut {
 				require.NotContains(t, out.String(), not)
+			}
+			for _, n := range tt.wantSchedulable {
+				var node corev1.Node
+				require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: n}, &node))
+				require.False(t, node.Spec.Unschedulable, "node %s uncordoned", n)
 			}
 		})
 	}
