@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
@@ -101,7 +101,7 @@ type planReport struct {
 func runPlan(ctx context.Context, a *app, args []string) error {
 	var (
 		o    planOptions
-		kube kubeOptions
+		kube kubeclient.Options
 	)
 	fset := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fset.SetOutput(a.stderr)
@@ -109,7 +109,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	fset.StringVar(&o.release, "release", "", "the target's harvester-release.yaml: a `file`, its URL, or a repo's base URL (read at /v1/release)")
 	fset.StringVar(&o.currentRelease, "current-release", "", "the installed release's metadata, as --release, to compare component versions")
 	fset.StringVar(&o.to, "to", "", "the target `version` (the name of a Version in the cluster)")
-	kube.flags(fset)
+	kube.AddFlags(fset)
 	fset.StringVar(&o.currentKubernetes, "current-kubernetes", "", "the control plane's Kubernetes `version` (default: the API server's with a cluster, else --current-release's kubernetes)")
 	fset.BoolVar(&o.force, "force", false, "turn the failures of skippable policies into warnings")
 	fset.BoolVar(&o.allowPrerelease, "allow-prerelease", false, "allow a pre-release target")
@@ -130,10 +130,10 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
-	if err := kube.check(); err != nil {
+	if err := kube.Check(); err != nil {
 		return err
 	}
-	o.namespace = kube.namespace
+	o.namespace = kube.Namespace
 	// The cluster (kubectl's: --kubeconfig, $KUBECONFIG, ~/.kube/config) is asked unless what
 	// it would tell is given (--current and --release) and no flag names a cluster.
 	named := false
@@ -142,9 +142,9 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 	if named || o.current == "" || o.release == "" {
 		var sv discovery.ServerVersionInterface
 		var err error
-		c, sv, err = clusterReader(kube)
+		c, sv, err = kube.Reader()
 		switch {
-		case errors.Is(err, errNoKubeconfig) && !named:
+		case errors.Is(err, kubeclient.ErrNoKubeconfig) && !named:
 			return fmt.Errorf("%w: give --current and --release, or a cluster (--kubeconfig, $KUBECONFIG or ~/.kube/config) and --to", errUsage)
 		case err != nil:
 			return err
@@ -164,7 +164,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 			if err != nil {
 				return err
 			}
-			return json.NewEncoder(a.stdout).Encode(vs)
+			return planview.Encode(a.stdout, vs)
 		}
 		_, err := planVersions(ctx, a.stdout, c, o, &http.Client{Timeout: 30 * time.Second})
 		return err
@@ -174,9 +174,7 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := planview.Encode(a.stdout, rep); err != nil {
 			return fmt.Errorf("write plan: %w", err)
 		}
 	} else if err := printUpgradePlan(a.stdout, rep); err != nil {

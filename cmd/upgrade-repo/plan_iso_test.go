@@ -47,8 +47,8 @@ func TestPlanFromAnISOURL(t *testing.T) {
 	require.NoError(t, err)
 	for _, want := range []string{
 		"Upgrade plan: v1.5.2 -> v1.6.0",
-		"common.tar.zst  common  2       3.0 MiB  1",
-		"rke2.tar.zst    rke2    1       1.0 MiB  1",
+		"common.tar.zst   common   2        3.0 MiB   1",
+		"rke2.tar.zst     rke2     1        1.0 MiB   1",
 		"Images against the installed release: 2 new, 2 removed, 1 unchanged",
 		"  + docker.io/rancher/harvester:v1.6.0",
 		"  - docker.io/rancher/rke2-runtime:v1.32.7-rke2r1",

@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
@@ -54,7 +53,7 @@ func planComponents(current string, cur *release.Release, target string, tgt *re
 }
 
 func printUpgradePlan(w io.Writer, rep *planReport) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintf(tw, "Upgrade plan: %s -> %s\n", planOrUnknown(rep.Current), planOrUnknown(rep.Target))
 	if rep.CurrentKubernetes != "" || rep.TargetKubernetes != "" {
 		fmt.Fprintf(tw, "Kubernetes: %s -> %s\n", planOrUnknown(rep.CurrentKubernetes), planOrUnknown(rep.TargetKubernetes))
@@ -206,7 +205,7 @@ func planImages(target, current *isorelease.Contents) *planImageReport {
 
 // printImages writes the images section of the plan.
 func printImages(w io.Writer, im *planImageReport) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintln(tw, "ARCHIVE\tGROUP\tIMAGES\tSIZE\tNEW")
 	for _, a := range im.Archives {
 		n := "-"
@@ -234,7 +233,7 @@ func printImages(w io.Writer, im *planImageReport) {
 // release's cleanup frees and when, which is never room for the plan.
 func printDisk(w io.Writer, disk []forecast.NodeDisk) {
 	fmt.Fprintln(w, "Disk, predicted per node (ISO; the release's images it lacks, stored and unpacked):")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintln(tw, "NODE\tADDS\tFILE SYSTEM\tFREE\tUSED AFTER\tGC AT\tRESULT")
 	estimated := false
 	var cleanups []string

@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 )
 
@@ -74,7 +74,7 @@ func planVersions(ctx context.Context, w io.Writer, c client.Reader, o planOptio
 	if w == nil {
 		return out, nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintln(tw, "VERSION\tUPGRADE\tURL\tREFUSED BY")
 	for _, v := range out {
 		verdict := "allowed"

@@ -9,21 +9,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // parseSoakVerb parses the flags of finalize and rollback, whose PLAN is optional (the
 // Succeeded plan that soaks now when absent).
-func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k kubeOptions, help bool, err error) {
+func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k kubeclient.Options, help bool, err error) {
 	fset := verbFlagSet(a, verb,
 		fmt.Sprintf("usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]", verb), "  "+usage)
-	k.flags(fset)
+	k.AddFlags(fset)
 	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return "", k, help, err
 	}
-	if err := k.check(); err != nil {
+	if err := k.Check(); err != nil {
 		return "", k, false, err
 	}
 	if len(pos) > 1 {
@@ -54,7 +55,7 @@ func runUpgradeFinalize(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, k)
+	c, err := k.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func runUpgradeRollback(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, k)
+	c, err := k.Client(a.stderr)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -15,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/internal/printable"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -27,7 +25,7 @@ import (
 // upgradeStatusOptions are the flags and argument of `upgrade status`.
 type upgradeStatusOptions struct {
 	plan, output string
-	kubeOptions
+	kubeclient.Options
 	watch bool
 	// terminal redraws the status in place with progress bars; else a watch writes one line
 	// per change.
@@ -45,7 +43,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 		"  without PLAN: the newest plan that is not finished, else the newest plan")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
-	o.flags(fset)
+	o.AddFlags(fset)
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
@@ -69,10 +67,10 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if o.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
 	}
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Options.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -173,7 +171,7 @@ func (sp *statusPrinter) show(ctx context.Context, plan *v1beta1.UpgradePlan) er
 	case "yaml":
 		// The JSON object as YAML, one document per change, as kubectl get -o yaml -w.
 		sp.shown, sp.shownRV = v, plan.ResourceVersion
-		return writeYAML(sp.a.stdout, v)
+		return planview.EncodeYAML(sp.a.stdout, v)
 	}
 	if !first && planview.SameText(sp.shown, v) {
 		return nil
@@ -196,7 +194,7 @@ func (sp *statusPrinter) view(ctx context.Context, plan *v1beta1.UpgradePlan) *p
 		v.Held.Command += " --all"
 	}
 	v.Estimate = planEstimate(ctx, sp.c, plan, sp.now())
-	if in, err := sequencer.ReadInstalled(ctx, sp.c, sp.o.namespace); err == nil {
+	if in, err := sequencer.ReadInstalled(ctx, sp.c, sp.o.Namespace); err == nil {
 		v.Installed = in.Version
 	} else if !sp.installedWarned {
 		sp.a.log.Warn("cannot read the installed version", "err", err)
@@ -320,22 +318,6 @@ func upgradeNodes(ctx context.Context, a *app, c client.Reader, plan *v1beta1.Up
 func stdoutTerminal(a *app) bool {
 	f, ok := a.stdout.(*os.File)
 	return ok && isTerminal(f)
-}
-
-// writeYAML writes the plan's view as one YAML document: planview's JSON, field for field.
-func writeYAML(w io.Writer, v *planview.Plan) error {
-	var b bytes.Buffer
-	if err := planview.WriteJSON(&b, v); err != nil {
-		return err
-	}
-	y, err := yaml.JSONToYAML(b.Bytes())
-	if err != nil {
-		return fmt.Errorf("plan %s as yaml: %w", v.Name, err)
-	}
-	if _, err := fmt.Fprintf(w, "---\n%s", y); err != nil {
-		return fmt.Errorf("write plan %s: %w", v.Name, err)
-	}
-	return nil
 }
 
 // planEstimate is when plan is expected to end (sequencer.EstimateTime), from the cluster's

@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"checksum":                          {},
 	"chunks":                            {},
 	"cmd/internal/cli":                  {},
+	"cmd/internal/kubeclient":           {"api/v1beta1", "cmd/internal/cli", "planctl"},
 	"cmd/internal/servecmd":             {"acquire", "checksum", "cmd/internal/cli", "isorepo", "peer", "repo"},
 	"forecast":                          {},
 	"internal/httprange":                {"internal/backoff", "internal/idle", "internal/redact"},
