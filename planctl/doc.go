@@ -17,7 +17,13 @@
 // changes), with backoff for a bounded time, and told once per outage. The planctltest package
 // is an API server stand-in that goes away and comes back, for tests.
 //
-// Imports: api/v1beta1, backoff (the one retry policy), checksum, redact, sequencer (the node
-// order, what a control-plane node is) and sequencer/suc (the names of system-upgrade-controller's
+// Preview is what `upgrade-repo plan` and `upgrade apply` show before anything is created: the
+// facts gathered from the cluster (or given), judged as the sequencer judges them, into the
+// planview.Report that planview writes; Versions judges every Version of the cluster so.
+//
+// Imports: api/v1beta1, backoff (the one retry policy), checksum, httprange, isorelease,
+// repoclient and release (the target's metadata, read from a file, a repo or an ISO's URL),
+// planview (the reports it fills), policy, redact, sequencer (the node order, what a
+// control-plane node is, the judgement) and sequencer/suc (the names of system-upgrade-controller's
 // Plans); never the commands.
 package planctl

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
 // planISO builds a release ISO holding releaseYAML and two archives with their image lists.
@@ -61,12 +62,12 @@ func TestPlanFromAnISOURL(t *testing.T) {
 
 	out, err = runPlanTest(t, "--current", "v1.5.2", "--release", url, "-o", "json")
 	require.NoError(t, err)
-	var rep planReport
+	var rep planview.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	require.Equal(t, "v1.6.0", rep.Target)
 	require.False(t, rep.Images.Compared)
 	require.Len(t, rep.Images.Archives, 2)
-	require.Equal(t, planArchive{Group: "common", Archive: "common.tar.zst", Images: 2, Size: 3 << 20}, rep.Images.Archives[0])
+	require.Equal(t, planview.Archive{Group: "common", Archive: "common.tar.zst", Images: 2, Size: 3 << 20}, rep.Images.Archives[0])
 
 	// The ISO refuses the installed version: refused without a download.
 	_, err = runPlanTest(t, "--current", "v1.4.0", "--release", url)

@@ -157,14 +157,14 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	if err != nil {
 		return err
 	}
-	po := planOptions{to: v.Name, namespace: o.Namespace, force: o.req.Force, allowPrerelease: o.req.AllowPrerelease,
-		release: o.release, versionCreated: true, isoURL: o.req.ISOURL, plan: p}
+	po := planctl.PreviewOptions{To: v.Name, Namespace: o.Namespace, Force: o.req.Force, AllowPrerelease: o.req.AllowPrerelease,
+		Release: o.release, VersionCreated: true, ISOURL: o.req.ISOURL, Plan: p}
 	if env.serverVersion != nil {
-		if po.currentKubernetes, err = env.serverVersion(); err != nil {
+		if po.CurrentKubernetes, err = env.serverVersion(); err != nil {
 			return err
 		}
 	}
-	rep, err := makePlan(ctx, po, env.c, env.hc)
+	rep, err := planctl.Preview(ctx, po, env.c, env.hc)
 	if err != nil {
 		return err
 	}
@@ -177,17 +177,11 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	fmt.Fprintf(w, "ISO:       %s\n", redact.URL(v.Spec.ISOURL))
 	fmt.Fprintf(w, "Checksum:  %s%s\n", v.Spec.ISOChecksum, from)
 	fmt.Fprintf(w, "Plan:      %s (to create)\n\n", p.Name)
-	if err := printUpgradePlan(w, rep); err != nil {
+	if err := planview.WriteReport(w, rep); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	if !rep.Allowed {
-		var failed []string
-		for _, c := range rep.Checks {
-			if c.Result == "fail" {
-				failed = append(failed, c.Name)
-			}
-		}
-		return fmt.Errorf("%w (%s failed): nothing was created", errNotAllowed, strings.Join(failed, ", "))
+		return fmt.Errorf("%w (%s failed): nothing was created", errNotAllowed, strings.Join(rep.Failed(), ", "))
 	}
 	if o.dryRun {
 		if exists {
