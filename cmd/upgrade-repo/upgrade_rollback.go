@@ -11,7 +11,6 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
-	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // parseSoakVerb parses the flags of finalize and rollback, whose PLAN is optional (the
@@ -105,21 +104,4 @@ func upgradeRollback(ctx context.Context, w io.Writer, c client.Client, plan str
 		"workers first, then the control plane; etcd stays at its newer version.\nFollow it: upgrade-repo upgrade status %s -w\n",
 		p.Name, of.Name, of.Spec.Version, p.Spec.Version, p.Name)
 	return nil
-}
-
-// soakLine says, for a Succeeded plan, until when a rollback is possible, or how its soak ended;
-// "" when it has none.
-func soakLine(p *v1beta1.UpgradePlan, now time.Time) string {
-	s := p.Status.Soak
-	switch {
-	case p.Status.Phase != v1beta1.PhaseSucceeded || s == nil:
-		return ""
-	case s.Ended != nil:
-		return fmt.Sprintf("Rollback: no longer possible: %s", s.Message)
-	}
-	if until, ok := sequencer.RollbackUntil(p, now); ok {
-		return fmt.Sprintf("Rollback: possible to %s until %s (in %s): upgrade-repo upgrade rollback %s; upgrade-repo upgrade finalize %s ends it now",
-			s.PreviousVersion, until.UTC().Format(time.RFC3339), until.Sub(now).Round(time.Minute), p.Name, p.Name)
-	}
-	return fmt.Sprintf("Rollback: the soak ended at %s; the sequencer cleans release %s up", s.Until.UTC().Format(time.RFC3339), s.PreviousVersion)
 }

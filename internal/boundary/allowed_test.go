@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"peer/inventory":                    {"checksum", "chunks"},
 	"peer/memberlist":                   {"peer", "peer/inventory"},
 	"peer/serve":                        {"internal/httprange", "peer", "peer/cache"},
-	"planctl":                           {"api/v1beta1", "internal/backoff", "checksum", "internal/httprange", "isorelease", "planview", "policy", "internal/redact", "release", "sequencer", "sequencer/repoclient", "sequencer/suc"},
+	"planctl":                           {"api/v1beta1", "internal/backoff", "checksum", "internal/httprange", "isorelease", "planview", "policy", "internal/printable", "internal/redact", "release", "sequencer", "sequencer/repoclient", "sequencer/suc"},
 	"planctl/planctltest":               {"api/v1beta1"},
 	"planview":                          {"api/v1beta1", "forecast", "internal/printable", "policy"},
 	"policy":                            {},
