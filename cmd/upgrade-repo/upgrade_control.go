@@ -53,7 +53,7 @@ func runUpgradePause(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func runUpgradeResume(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func runUpgradeRetry(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func runUpgradeAbort(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}

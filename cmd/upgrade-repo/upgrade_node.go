@@ -39,7 +39,7 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 	if err := o.Check(); err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if err := o.Check(); err != nil {
 		return err
 	}
-	c, err := o.Options.Client(a.stderr)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
