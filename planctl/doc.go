@@ -8,7 +8,8 @@
 //
 // Every function that talks to the cluster takes a controller-runtime client and does what it
 // says with the API server, nothing else: it never waits for the sequencer. The commands print
-// and ask; this package decides what to write. Each change is idempotent: made twice, or once
+// and ask; this package decides what to write. Status is the exception that follows: it reads a
+// plan and, asked to, watches it to its end, writing its view (planview) at each change. Each change is idempotent: made twice, or once
 // more after a write that landed but whose answer was lost, it leaves the same plan, and an
 // update that meets a Conflict reads the plan again and applies the change again.
 //
@@ -17,7 +18,13 @@
 // changes), with backoff for a bounded time, and told once per outage. The planctltest package
 // is an API server stand-in that goes away and comes back, for tests.
 //
-// Imports: api/v1beta1, backoff (the one retry policy), checksum, redact, sequencer (the node
-// order, what a control-plane node is) and sequencer/suc (the names of system-upgrade-controller's
-// Plans); never the commands.
+// Preview is what `upgrade-repo plan` and `upgrade apply` show before anything is created: the
+// facts gathered from the cluster (or given), judged as the sequencer judges them, into the
+// planview.Report that planview writes; Versions judges every Version of the cluster so.
+//
+// Imports: api/v1beta1, backoff (the one retry policy), checksum, httprange, isorelease,
+// repoclient and release (the target's metadata, read from a file, a repo or an ISO's URL),
+// planview (the reports it fills and the status it writes), policy, printable, redact,
+// sequencer (the node order, what a control-plane node is, the judgement) and sequencer/suc (the
+// names of system-upgrade-controller's Plans); never the commands.
 package planctl

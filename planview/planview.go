@@ -8,7 +8,12 @@
 // so that the output is a function of its inputs. The package knows only the API types: the
 // cluster's nodes, and so the upgrade order, are handed in by the caller.
 //
-// Imports: api and printable; never the sequencer, planctl or the commands.
+// Report is what `upgrade-repo plan` shows, WriteReport its text; NewTable, Encode and EncodeYAML
+// are the one table writer (kubectl's settings) and the one JSON and YAML writers of every
+// command.
+//
+// Imports: api, forecast and policy (the types a report shows) and printable; never the
+// sequencer, planctl or the commands.
 package planview
 
 import (

@@ -2,11 +2,9 @@ package planview
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -21,10 +19,8 @@ const MessageWidth = 60
 
 // WriteJSON writes p as one indented JSON object followed by a newline.
 func WriteJSON(w io.Writer, p *Plan) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(p); err != nil {
-		return fmt.Errorf("write plan %s as JSON: %w", p.Name, err)
+	if err := Encode(w, p); err != nil {
+		return fmt.Errorf("write plan %s: %w", p.Name, err)
 	}
 	return nil
 }
@@ -34,8 +30,7 @@ func WriteJSON(w io.Writer, p *Plan) error {
 // as kubectl aligns its tables. Ages are kubectl's (3m10s, 5h, 2d).
 func WriteText(w io.Writer, p *Plan) error {
 	var b bytes.Buffer
-	// kubectl's table settings (k8s.io/cli-runtime printers.GetNewTabWriter).
-	tw := tabwriter.NewWriter(&b, 6, 4, 3, ' ', 0)
+	tw := NewTable(&b)
 	fmt.Fprintf(tw, "Plan:\t%s\n", p.Name)
 	fmt.Fprintf(tw, "Version:\t%s -> %s\n", orUnknown(p.PreviousVersion), orUnknown(p.Version))
 	if p.Installed != "" {
@@ -74,7 +69,7 @@ func WriteText(w io.Writer, p *Plan) error {
 		return fmt.Errorf("write plan %s: %w", p.Name, err)
 	}
 	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 6, 4, 3, ' ', 0)
+	tw = NewTable(&b)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSINCE\tKUBELET\tTARGET\tPRELOAD\tMESSAGE")
 	for _, n := range p.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, orDash(n.State), age(p.Time, n.StateTime),
@@ -115,7 +110,7 @@ func writeControlPlanes(b *bytes.Buffer, nodes []NodeStatus) {
 		return
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(b, 6, 4, 3, ' ', 0)
+	tw := NewTable(b)
 	fmt.Fprintln(tw, "CONTROL PLANE\tAPISERVER\tCONTROLLER-MANAGER\tSCHEDULER\tETCD")
 	for _, n := range cps {
 		c := n.ControlPlane

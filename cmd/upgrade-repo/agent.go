@@ -14,10 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/peer"
 	"github.com/upgrade-repo/upgrade-repo/peer/inventory"
 	"github.com/upgrade-repo/upgrade-repo/peer/memberlist"
@@ -81,8 +81,7 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 	fset.DurationVar(&c.Settle, "settle", 3*time.Second, "how long nodes starting together wait to split the origin's work before asking it")
 	fset.DurationVar(&c.PreloadRetry, "preload-retry-for", preload.DefaultRetryFor, "how long the preload retries containerd without progress while it is unavailable (restarting)")
 	fset.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig `file` of the cluster to report to (default: the in-cluster configuration)")
-	_, inClusterErr := rest.InClusterConfig()
-	fset.BoolVar(&c.report, "report", inClusterErr == nil, "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
+	fset.BoolVar(&c.report, "report", kubeclient.InCluster(), "write this node's RepoNode and follow the UpgradePlans (default: on in a cluster or with --kubeconfig)")
 	fset.DurationVar(&c.ImageCheckInterval, "image-check-interval", 5*time.Minute, "how often, while the node holds an ISO, containerd is checked for release images that went missing (besides its removal events)")
 	fset.BoolVar(&c.CleanImages, "clean-images", true, "once a plan Succeeded, remove from containerd the images of the releases before it that it does not list and no container uses (their lists are kept in --cache-dir)")
 	fset.BoolVar(&c.CleanDryRun, "clean-images-dry-run", false, "with --clean-images, only list in the RepoNode and the log what would be removed")
@@ -101,16 +100,12 @@ func runAgent(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if c.report {
-		cfg, err := sequencerRESTConfig(c.kubeconfig)
+		cfg, err := kubeclient.Config(c.kubeconfig, "")
 		if err != nil {
 			return err
 		}
-		s, err := planScheme()
-		if err != nil {
+		if c.kube, err = kubeclient.New(cfg); err != nil {
 			return err
-		}
-		if c.kube, err = client.NewWithWatch(cfg, client.Options{Scheme: s}); err != nil {
-			return fmt.Errorf("connect to the cluster: %w", err)
 		}
 	}
 	return runNodeAgent(ctx, a, c)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/agent"
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd/containerdtest"
 	"github.com/upgrade-repo/upgrade-repo/repo"
@@ -160,7 +161,7 @@ func (c *countingResponse) Write(p []byte) (int, error) {
 // subresources the agent and the sequencer write.
 func kubeFake(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	require.NoError(t, err)
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithStatusSubresource(&v1beta1.RepoNode{}, &v1beta1.UpgradePlan{}).Build()

@@ -107,36 +107,6 @@ contexts:
 	return p
 }
 
-// TestKubeRESTConfig pins the one loader every command uses: --kubeconfig, else $KUBECONFIG; the
-// current context, else --context. It sets $KUBECONFIG, so it does not run in parallel.
-func TestKubeRESTConfig(t *testing.T) {
-	env := writeKubeconfig(t, "https://env-a.example:6443", "https://env-b.example:6443")
-	flag := writeKubeconfig(t, "https://flag-a.example:6443", "https://flag-b.example:6443")
-	t.Setenv("KUBECONFIG", env)
-	tests := []struct {
-		name, kubeconfig, context string
-		wantHost, wantErr         string
-	}{
-		{name: "$KUBECONFIG", wantHost: "https://env-a.example:6443"},
-		{name: "$KUBECONFIG and --context", context: "b", wantHost: "https://env-b.example:6443"},
-		{name: "--kubeconfig before $KUBECONFIG", kubeconfig: flag, wantHost: "https://flag-a.example:6443"},
-		{name: "--kubeconfig and --context", kubeconfig: flag, context: "b", wantHost: "https://flag-b.example:6443"},
-		{name: "unknown context", context: "zz", wantErr: `context "zz" does not exist`},
-		{name: "missing file", kubeconfig: "/nonexistent/kc", wantErr: "load kubeconfig /nonexistent/kc"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := kubeRESTConfig(tt.kubeconfig, tt.context)
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.wantHost, cfg.Host)
-		})
-	}
-}
-
 // TestPlanHonoursKUBECONFIG checks that plan, given no --kubeconfig, asks the cluster $KUBECONFIG
 // names. It sets $KUBECONFIG, so it does not run in parallel.
 func TestPlanHonoursKUBECONFIG(t *testing.T) {

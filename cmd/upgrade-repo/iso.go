@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
 )
 
@@ -206,7 +206,7 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("ls %s: %w", isoName(pos[0]), err)
 	}
 	if *out == "json" {
-		return isoJSON(a.stdout, list)
+		return planview.Encode(a.stdout, list)
 	}
 	for _, e := range list {
 		name := path.Base(e.Path)
@@ -220,12 +220,6 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	return nil
-}
-
-func isoJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func isoStat(ctx context.Context, a *app, args []string) error {
@@ -242,7 +236,7 @@ func isoStat(ctx context.Context, a *app, args []string) error {
 	}
 	e := inspect.Describe(im.fsys, p, info)
 	if *out == "json" {
-		return isoJSON(a.stdout, e)
+		return planview.Encode(a.stdout, e)
 	}
 	w := a.stdout
 	fmt.Fprintf(w, "path:     %s\ntype:     %s\nmode:     %s (%s)\nsize:     %d\nlinks:    %d\nowner:    %d:%d\nmodified: %s\n",

@@ -14,6 +14,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/iso"
 	"github.com/upgrade-repo/upgrade-repo/iso/inspect"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
 func isoInfo(ctx context.Context, a *app, args []string) error {
@@ -30,7 +31,7 @@ func isoInfo(ctx context.Context, a *app, args []string) error {
 	defer im.Close()
 	info := im.fsys.Info()
 	if *out == "json" {
-		return isoJSON(a.stdout, struct {
+		return planview.Encode(a.stdout, struct {
 			iso.VolumeInfo
 			Entries int `json:"entries"`
 		}{info, im.fsys.Entries()})
@@ -112,14 +113,14 @@ func isoVerify(ctx context.Context, a *app, args []string) error {
 		rep.Checksum = got.String()
 		if !got.equal(want) {
 			if *out == "json" {
-				_ = isoJSON(a.stdout, rep)
+				_ = planview.Encode(a.stdout, rep)
 			}
 			return fmt.Errorf("verify %s: checksum mismatch: image has %s, expected %s", isoName(pos[0]), rep.Checksum, want)
 		}
 	}
 	rep.OK = true
 	if *out == "json" {
-		return isoJSON(a.stdout, rep)
+		return planview.Encode(a.stdout, rep)
 	}
 	fmt.Fprintf(a.stdout, "ok: %d files (%d bytes in %d extents), %d directories, %d symlinks\n",
 		rep.Files, rep.Bytes, rep.Extents, rep.Dirs, rep.Links)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/policy"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
@@ -170,18 +172,18 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			}
 
 			// What the operator is shown.
-			o := planOptions{to: "v1.6.0", namespace: ns, force: tt.force, plan: plan}
+			o := planctl.PreviewOptions{To: "v1.6.0", Namespace: ns, Force: tt.force, Plan: plan}
 			if tt.known {
-				o.release = targetFile
+				o.Release = targetFile
 			}
 			var contents *isorelease.Contents
 			if tt.iso {
-				o.release = planISO(t, planTargetYAML, "docker.io/rancher/harvester:v1.6.0\n", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1\n")
+				o.Release = planISO(t, planTargetYAML, "docker.io/rancher/harvester:v1.6.0\n", "docker.io/rancher/rke2-runtime:v1.33.3-rke2r1\n")
 				var ierr error
-				contents, ierr = isorelease.Open(t.Context(), http.DefaultClient, o.release)
+				contents, ierr = isorelease.Open(t.Context(), http.DefaultClient, o.Release)
 				require.NoError(t, ierr)
 			}
-			rep, err := makePlan(t.Context(), o, c, http.DefaultClient)
+			rep, err := planctl.Preview(t.Context(), o, c, http.DefaultClient)
 			require.NoError(t, err)
 
 			// What the sequencer does.
@@ -270,12 +272,12 @@ type outcome struct{ name, result, message string }
 func checkOutcomes(checks []policy.Check) []outcome {
 	out := make([]outcome, 0, len(checks))
 	for _, c := range checks {
-		out = append(out, outcome{c.Name, checkResult(c), c.Message})
+		out = append(out, outcome{c.Name, planview.CheckResult(c), c.Message})
 	}
 	return out
 }
 
-func reportOutcomes(checks []planCheck) []outcome {
+func reportOutcomes(checks []planview.Check) []outcome {
 	out := make([]outcome, 0, len(checks))
 	for _, c := range checks {
 		out = append(out, outcome{c.Name, c.Result, c.Message})

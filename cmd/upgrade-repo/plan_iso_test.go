@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgrade-repo/upgrade-repo/iso/isotest"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
 // planISO builds a release ISO holding releaseYAML and two archives with their image lists.
@@ -47,8 +48,8 @@ func TestPlanFromAnISOURL(t *testing.T) {
 	require.NoError(t, err)
 	for _, want := range []string{
 		"Upgrade plan: v1.5.2 -> v1.6.0",
-		"common.tar.zst  common  2       3.0 MiB  1",
-		"rke2.tar.zst    rke2    1       1.0 MiB  1",
+		"common.tar.zst   common   2        3.0 MiB   1",
+		"rke2.tar.zst     rke2     1        1.0 MiB   1",
 		"Images against the installed release: 2 new, 2 removed, 1 unchanged",
 		"  + docker.io/rancher/harvester:v1.6.0",
 		"  - docker.io/rancher/rke2-runtime:v1.32.7-rke2r1",
@@ -61,12 +62,12 @@ func TestPlanFromAnISOURL(t *testing.T) {
 
 	out, err = runPlanTest(t, "--current", "v1.5.2", "--release", url, "-o", "json")
 	require.NoError(t, err)
-	var rep planReport
+	var rep planview.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	require.Equal(t, "v1.6.0", rep.Target)
 	require.False(t, rep.Images.Compared)
 	require.Len(t, rep.Images.Archives, 2)
-	require.Equal(t, planArchive{Group: "common", Archive: "common.tar.zst", Images: 2, Size: 3 << 20}, rep.Images.Archives[0])
+	require.Equal(t, planview.Archive{Group: "common", Archive: "common.tar.zst", Images: 2, Size: 3 << 20}, rep.Images.Archives[0])
 
 	// The ISO refuses the installed version: refused without a download.
 	_, err = runPlanTest(t, "--current", "v1.4.0", "--release", url)

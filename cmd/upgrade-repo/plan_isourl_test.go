@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // When upgrade apply cannot read the release from the ISO's URL, its plan says why (the origin's
@@ -40,8 +42,8 @@ func TestPlanKeepsWhyTheISOCouldNotBeRead(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			o := planOptions{to: "v1.6.0", current: "v1.5.2", versionCreated: true, isoURL: srv.URL + tc.path + "?X-Amz-Signature=secret"}
-			rep, err := makePlan(t.Context(), o, nil, srv.Client())
+			o := planctl.PreviewOptions{To: "v1.6.0", Current: "v1.5.2", VersionCreated: true, ISOURL: srv.URL + tc.path + "?X-Amz-Signature=secret"}
+			rep, err := planctl.Preview(t.Context(), o, nil, srv.Client())
 			require.NoError(t, err)
 			notes := strings.Join(rep.Notes, "\n")
 			require.Contains(t, notes, "the release was not read from the ISO's URL (")

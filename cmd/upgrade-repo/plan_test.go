@@ -18,6 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/release"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
@@ -148,7 +151,7 @@ func TestPlanOffline(t *testing.T) {
 			} else {
 				require.ErrorIs(t, err, errNotAllowed)
 			}
-			var rep planReport
+			var rep planview.Report
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Equal(t, tt.allowed, rep.Allowed)
 			require.Len(t, rep.Checks, 15)
@@ -234,7 +237,7 @@ func TestPlanBadInput(t *testing.T) {
 
 func TestPlanCluster(t *testing.T) {
 	t.Parallel()
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	require.NoError(t, err)
 	node := func(name string, cp, ready bool, kubelet ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
@@ -333,20 +336,20 @@ func TestPlanCluster(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tt.objs...).Build()
-			o := planOptions{to: "v1.6.0", namespace: "upgrade-repo", output: "json"}
+			o := planctl.PreviewOptions{To: "v1.6.0", Namespace: "upgrade-repo"}
 			for i := 0; i < len(tt.args); i++ {
 				switch tt.args[i] {
 				case "--release":
 					i++
-					o.release = tt.args[i]
+					o.Release = tt.args[i]
 				case "--force":
-					o.force = true
+					o.Force = true
 				case "--current-kubernetes":
 					i++
-					o.currentKubernetes = tt.args[i]
+					o.CurrentKubernetes = tt.args[i]
 				}
 			}
-			rep, err := makePlan(t.Context(), o, c, http.DefaultClient)
+			rep, err := planctl.Preview(t.Context(), o, c, http.DefaultClient)
 			require.NoError(t, err)
 			require.Equal(t, tt.allowed, rep.Allowed, "%+v", rep.Checks)
 			got := map[string]string{}

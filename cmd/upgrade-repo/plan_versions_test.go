@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
 // TestPlanVersionsGolden pins `plan --kubeconfig` without --to: the cluster's Versions, newest
@@ -29,8 +31,9 @@ func TestPlanVersionsGolden(t *testing.T) {
 	c := applyCluster(t, false, version("v1.4.0", metav1.ConditionTrue), version("v1.5.2", metav1.ConditionTrue),
 		version("v1.6.0", metav1.ConditionTrue), version("v1.7.0-rc1", metav1.ConditionFalse), version("v1.6.1", ""))
 	var b bytes.Buffer
-	got, err := planVersions(t.Context(), &b, c, planOptions{namespace: "upgrade-repo-system", currentKubernetes: "v1.32.7"}, http.DefaultClient)
+	got, err := planctl.Versions(t.Context(), c, planctl.PreviewOptions{Namespace: "upgrade-repo-system", CurrentKubernetes: "v1.32.7"}, http.DefaultClient)
 	require.NoError(t, err)
+	require.NoError(t, planview.WriteVersions(&b, got))
 	golden := filepath.Join("testdata", "plan-versions.golden")
 	if *updateGolden {
 		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
-	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +16,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 	"github.com/upgrade-repo/upgrade-repo/internal/priority"
 	"github.com/upgrade-repo/upgrade-repo/iso"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/preload"
 	"github.com/upgrade-repo/upgrade-repo/preload/containerd"
 )
@@ -134,7 +133,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 		if *output == "json" {
-			return writeJSON(a.stdout, map[string]any{"plan": plan})
+			return planview.Encode(a.stdout, map[string]any{"plan": plan})
 		}
 		return printPlan(a.stdout, plan)
 	}
@@ -144,7 +143,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 	plan, st, runErr := p.Run(ctx, meta)
 	stop()
 	if *output == "json" {
-		if err := writeJSON(a.stdout, map[string]any{"plan": plan, "status": st}); err != nil {
+		if err := planview.Encode(a.stdout, map[string]any{"plan": plan, "status": st}); err != nil {
 			return err
 		}
 	} else {
@@ -198,18 +197,12 @@ func preloadGCPercent(getenv func(string) string) (int, bool) {
 }
 
 func printPlan(w io.Writer, plan *preload.Plan) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintln(tw, "ACTION\tGROUP\tARCHIVE\tREASON")
 	for _, s := range plan.Steps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Action, s.Group, s.Name(), s.Reason)
 	}
 	return tw.Flush()
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // logProgress logs the preload's progress every ten seconds until the returned stop is called.

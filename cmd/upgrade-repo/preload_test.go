@@ -42,8 +42,8 @@ func TestPreloadCommand(t *testing.T) {
 	// Steps run in order: each depends on what the previous one imported.
 	out, err := preloadCmd(t, "--iso", image, "--dry-run")
 	require.NoError(t, err)
-	require.Contains(t, out, "import  common  common.tar.zst  2 of 2 listed images are missing")
-	require.Contains(t, out, "import  rke2    rke2.tar.zst    1 of 1 listed images are missing: docker.io/library/gamma:v3")
+	require.Contains(t, out, "import   common   common.tar.zst   2 of 2 listed images are missing")
+	require.Contains(t, out, "import   rke2     rke2.tar.zst     1 of 1 listed images are missing: docker.io/library/gamma:v3")
 
 	out, err = preloadCmd(t, "--iso", image, "-o", "json", "--concurrency", "2")
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func TestPreloadCommand(t *testing.T) {
 
 	out, err = preloadCmd(t, "--iso", image)
 	require.NoError(t, err)
-	require.Contains(t, out, "skip    common  common.tar.zst  all 2 listed images are present")
+	require.Contains(t, out, "skip     common   common.tar.zst   all 2 listed images are present")
 	require.Contains(t, out, "ImagePreloaded: 3 of 3 images present, 0 bytes read")
 
 	// Another namespace has none of the images, and an ISO lacking them cannot fill it.

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/release/pack"
 )
 
@@ -135,9 +135,7 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 	}
 
 	if *output == "json" {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return planview.Encode(a.stdout, res)
 	}
 	n := 0
 	for _, ar := range res.Archives {

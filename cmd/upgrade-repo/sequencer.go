@@ -24,6 +24,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
@@ -73,7 +74,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		ns = os.Getenv("POD_NAMESPACE")
 	}
 	if ns == "" {
-		ns = "upgrade-repo-system"
+		ns = kubeclient.DefaultNamespace
 	}
 	if *leaseNamespace == "" {
 		*leaseNamespace = ns
@@ -86,7 +87,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 		}
 		keep = sel
 	}
-	cfg, err := sequencerRESTConfig(*kubeconfig)
+	cfg, err := kubeclient.Config(*kubeconfig, "")
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func runSequencer(ctx context.Context, a *app, args []string) error {
 	if err := waitAPIServer(ctx, a.log, cfg, *startTimeout); err != nil {
 		return err
 	}
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	if err != nil {
 		return err
 	}
@@ -224,10 +225,4 @@ func waitAPIServer(ctx context.Context, log *slog.Logger, cfg *rest.Config, time
 			return fmt.Errorf("api server not reachable after %s: %w", timeout, err)
 		}
 	}
-}
-
-// sequencerRESTConfig loads the configuration of the sequencer's and the agent's cluster as every
-// command does (kubeRESTConfig): in their pods, with no kubeconfig there, the in-cluster one.
-func sequencerRESTConfig(kubeconfig string) (*rest.Config, error) {
-	return kubeRESTConfig(kubeconfig, "")
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 )
 
 // TestSequencerCacheMatchesRoles checks the sequencer's informers against the RBAC controller-gen
@@ -26,7 +27,7 @@ import (
 // watching a kind nothing caches grants more than the code needs.
 func TestSequencerCacheMatchesRoles(t *testing.T) {
 	t.Parallel()
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	require.NoError(t, err)
 	roles := generatedRoles(t, "../../manifests/rbac/sequencer/role.yaml")
 	// The namespaces the markers name stand for these (the chart maps them the same way).

@@ -9,10 +9,8 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/nodestep"
 	"github.com/upgrade-repo/upgrade-repo/nodestep/kubeadm"
 	"github.com/upgrade-repo/upgrade-repo/sequencer/repoclient"
@@ -62,12 +60,12 @@ func runStep(ctx context.Context, a *app, args []string) error {
 			return errors.New("step kubeadm: the release names no Kubernetes version")
 		}
 	}
-	cfg, err := rest.InClusterConfig()
+	cfg, err := kubeclient.Config("", "")
 	if err != nil {
 		return fmt.Errorf("step kubeadm: %w", err)
 	}
 	cfg.Timeout = 30 * time.Second
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeclient.Clientset(cfg)
 	if err != nil {
 		return fmt.Errorf("step kubeadm: %w", err)
 	}

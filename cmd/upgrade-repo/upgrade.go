@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,12 +9,9 @@ import (
 	"slices"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // upgradeVerbs lists the verbs of `upgrade`, each a command of its own.
@@ -51,42 +47,6 @@ func runUpgrade(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: unknown upgrade verb %q", errUsage, args[0])
 	}
 	return v.run(ctx, a, args[1:])
-}
-
-// defaultNamespace is the namespace the chart and the manifests install the sequencer into.
-const defaultNamespace = "upgrade-repo-system"
-
-// kubeOptions are the flags of every command that talks to the cluster as a client (plan and
-// the upgrade verbs): which cluster and namespace, as kubectl takes them, and how long to wait
-// for its API server while it is away. They are registered by flags and turned into a client
-// configuration by restConfig, and nowhere else.
-type kubeOptions struct {
-	kubeconfig, context string
-	// namespace is the sequencer's: where the installed-version ConfigMap and its pods are.
-	namespace string
-	// apiTimeout bounds each wait for an API server that is away (planctl.RetryingClient).
-	apiTimeout time.Duration
-}
-
-// flags registers kubectl's --kubeconfig, --context and -n/--namespace, and --api-timeout, on fset.
-func (k *kubeOptions) flags(fset *flag.FlagSet) {
-	fset.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig `file`; else $KUBECONFIG, else ~/.kube/config, as kubectl")
-	fset.StringVar(&k.context, "context", "", "the kubeconfig `context` to use; its current context when empty")
-	fset.StringVar(&k.namespace, "namespace", defaultNamespace, "the sequencer's `namespace`, where the installed version is recorded")
-	fset.StringVar(&k.namespace, "n", defaultNamespace, "same as --namespace, as kubectl")
-	fset.DurationVar(&k.apiTimeout, "api-timeout", planctl.DefaultAPITimeout,
-		"how long to wait for an API server that is away (restarting, electing a leader, overloaded) before failing")
-}
-
-// check refuses flags that cannot work.
-func (k kubeOptions) check() error {
-	switch {
-	case k.apiTimeout <= 0:
-		return fmt.Errorf("%w: --api-timeout must be positive", errUsage)
-	case k.namespace == "":
-		return fmt.Errorf("%w: --namespace must not be empty", errUsage)
-	}
-	return nil
 }
 
 // verbFlagSet returns the flag set of the upgrade verb name, whose errors go to the command's
@@ -139,55 +99,4 @@ func followWithTimeout(ctx context.Context, c client.Reader, plan string, timeou
 		again = "upgrade-repo upgrade status " + plan + " -w"
 	}
 	return fmt.Errorf("%w after %s:%s the upgrade goes on (%s)", errTimeout, timeout, where, again)
-}
-
-// upgradeRESTConfig loads the configuration of the cluster kubectl would talk to (kubeRESTConfig).
-func upgradeRESTConfig(k kubeOptions) (*rest.Config, error) {
-	return kubeRESTConfig(k.kubeconfig, k.context)
-}
-
-// errNoKubeconfig says that no kubeconfig was found and the process does not run in a pod.
-var errNoKubeconfig = errors.New("none found (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a cluster")
-
-// kubeRESTConfig is the one place every command (the CLI's verbs, plan, the sequencer and the
-// agent) loads its cluster's configuration: clientcmd's loading rules, as kubectl's (kubeconfig,
-// else $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration of a pod), and the
-// context to use (the current one when empty).
-func kubeRESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
-	switch {
-	case err == nil:
-		return cfg, nil
-	case kubeconfig != "":
-		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
-	case clientcmd.IsEmptyConfig(err):
-		return nil, fmt.Errorf("load kubeconfig: %w", errNoKubeconfig)
-	}
-	return nil, fmt.Errorf("load kubeconfig: %w", err)
-}
-
-// upgradeClient builds a client of the cluster kubectl would talk to (upgradeRESTConfig) that
-// rides out a restarting API server (upgradeClientFor).
-func upgradeClient(a *app, k kubeOptions) (*planctl.RetryingClient, error) {
-	cfg, err := upgradeRESTConfig(k)
-	if err != nil {
-		return nil, err
-	}
-	return upgradeClientFor(a, cfg, k.apiTimeout)
-}
-
-// upgradeClientFor builds a client of the cluster of cfg that knows the core kinds and v1beta1
-// and waits for its API server for at most apiTimeout at each outage, saying once on a.stderr
-// that it waits and why.
-func upgradeClientFor(a *app, cfg *rest.Config, apiTimeout time.Duration) (*planctl.RetryingClient, error) {
-	s, err := planScheme()
-	if err != nil {
-		return nil, err
-	}
-	return planctl.NewClusterClient(cfg, s, apiTimeout, planctl.WithWaiting(func(w planctl.Wait) {
-		fmt.Fprintf(a.stderr, "upgrade-repo: waiting up to %s for the API server (%s: %s)\n", w.Bound, w.Op, w.Why)
-	}))
 }

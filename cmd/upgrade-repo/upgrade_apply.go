@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -34,7 +34,7 @@ type upgradeApplyOptions struct {
 	release     string
 	yes, dryRun bool
 	timeout     time.Duration
-	kubeOptions
+	kubeclient.Options
 }
 
 // applyEnv is what apply talks to besides the cluster's objects: the API server's version (nil:
@@ -68,7 +68,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	fset.BoolVar(&o.yes, "yes", false, "do not ask before creating the plan (required when stdin is not a terminal)")
 	fset.BoolVar(&o.dryRun, "dry-run", false, "print the judgement, the node order and what each drain would evict; create nothing")
 	fset.DurationVar(&o.timeout, "timeout", 0, "stop following the plan after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
-	o.flags(fset)
+	o.AddFlags(fset)
 	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
@@ -81,7 +81,7 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	case o.timeout < 0:
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
 	}
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return err
 	}
 	// Every flag is judged before the kubeconfig is read: the URL's scheme, the checksum's form
@@ -94,11 +94,11 @@ func runUpgradeApply(ctx context.Context, a *app, args []string) error {
 	if _, _, err := early.Objects(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	cfg, err := upgradeRESTConfig(o.kubeOptions)
+	cfg, err := o.Config()
 	if err != nil {
 		return err
 	}
-	c, err := upgradeClientFor(a, cfg, o.apiTimeout)
+	c, err := kubeclient.Retrying(cfg, o.APITimeout, a.stderr)
 	if err != nil {
 		return err
 	}
@@ -157,14 +157,14 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	if err != nil {
 		return err
 	}
-	po := planOptions{to: v.Name, namespace: o.namespace, force: o.req.Force, allowPrerelease: o.req.AllowPrerelease,
-		release: o.release, versionCreated: true, isoURL: o.req.ISOURL, plan: p}
+	po := planctl.PreviewOptions{To: v.Name, Namespace: o.Namespace, Force: o.req.Force, AllowPrerelease: o.req.AllowPrerelease,
+		Release: o.release, VersionCreated: true, ISOURL: o.req.ISOURL, Plan: p}
 	if env.serverVersion != nil {
-		if po.currentKubernetes, err = env.serverVersion(); err != nil {
+		if po.CurrentKubernetes, err = env.serverVersion(); err != nil {
 			return err
 		}
 	}
-	rep, err := makePlan(ctx, po, env.c, env.hc)
+	rep, err := planctl.Preview(ctx, po, env.c, env.hc)
 	if err != nil {
 		return err
 	}
@@ -177,17 +177,11 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	fmt.Fprintf(w, "ISO:       %s\n", redact.URL(v.Spec.ISOURL))
 	fmt.Fprintf(w, "Checksum:  %s%s\n", v.Spec.ISOChecksum, from)
 	fmt.Fprintf(w, "Plan:      %s (to create)\n\n", p.Name)
-	if err := printUpgradePlan(w, rep); err != nil {
+	if err := planview.WriteReport(w, rep); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	if !rep.Allowed {
-		var failed []string
-		for _, c := range rep.Checks {
-			if c.Result == "fail" {
-				failed = append(failed, c.Name)
-			}
-		}
-		return fmt.Errorf("%w (%s failed): nothing was created", errNotAllowed, strings.Join(failed, ", "))
+		return fmt.Errorf("%w (%s failed): nothing was created", errNotAllowed, strings.Join(rep.Failed(), ", "))
 	}
 	if o.dryRun {
 		if exists {
@@ -196,7 +190,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 				return fmt.Errorf("get version %s: %w", v.Name, err)
 			}
 		}
-		return printDrains(ctx, w, env.c, o.namespace, v, p)
+		return printDrains(ctx, w, env.c, o.Namespace, v, p)
 	}
 	if !o.yes {
 		if err := confirm(w, env.stdin, env.interactive, "Proceed?", "nothing was created"); err != nil {
@@ -213,7 +207,7 @@ func upgradeApply(ctx context.Context, a *app, env applyEnv, o upgradeApplyOptio
 	fmt.Fprintf(w, "\n%s version %s; created upgradeplan %s. Following it (an interrupt stops following, not the upgrade).\n\n", verb, v.Name, p.Name)
 	return followWithTimeout(ctx, env.c, p.Name, o.timeout, func(ctx context.Context) error {
 		return upgradeStatus(ctx, a, env.c, upgradeStatusOptions{plan: p.Name, output: "text", watch: true,
-			kubeOptions: o.kubeOptions, terminal: stdoutTerminal(a)}, env.now)
+			Options: o.Options, terminal: stdoutTerminal(a)}, env.now)
 	})
 }
 
@@ -266,7 +260,7 @@ func printDrains(ctx context.Context, w io.Writer, c client.Reader, namespace st
 	}
 	fmt.Fprintln(w, "\nDisk and images per node (the ISO into the agent's cache, then the release's images into containerd;")
 	fmt.Fprintln(w, "what the node's agent already reports for this ISO is left out):")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := planview.NewTable(w)
 	fmt.Fprintln(tw, "  NODE\tISO TO DOWNLOAD\tCACHE FREE\tFITS\tIMAGES TO PRELOAD\tARCHIVE BYTES")
 	for _, n := range needs {
 		images := "unknown until the ISO is read"

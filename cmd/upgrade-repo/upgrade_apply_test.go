@@ -23,6 +23,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/cli"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -46,7 +47,7 @@ func applyNode(name string, controlPlane, ready bool) *corev1.Node {
 // worker w-1 (Ready unless notReady) and objs.
 func applyCluster(t *testing.T, notReady bool, objs ...client.Object) client.WithWatch {
 	t.Helper()
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	require.NoError(t, err)
 	objs = append(objs, applyNode("cp-a", true, true), applyNode("w-1", false, !notReady),
 		&corev1.ConfigMap{
@@ -77,7 +78,7 @@ func (s *sequencerStandIn) Create(ctx context.Context, o client.Object, opts ...
 }
 
 func applyOpts(mod func(*upgradeApplyOptions)) upgradeApplyOptions {
-	o := upgradeApplyOptions{kubeOptions: kubeOptions{namespace: "upgrade-repo-system"}, yes: true}
+	o := upgradeApplyOptions{Options: kubeclient.Options{Namespace: "upgrade-repo-system"}, yes: true}
 	o.req.ISOURL = "https://releases.example.com/v1.6.0/harvester-v1.6.0-amd64.iso"
 	o.req.Checksum = "sha512:" + applySum
 	if mod != nil {
@@ -152,7 +153,7 @@ func TestUpgradeApply(t *testing.T) {
 				o.req.ISOURL = refusingISO + "/rel/harvester-v1.6.0-amd64.iso"
 			}),
 			wantErr: errNotAllowed, wantErrText: "the upgrade is not allowed (MinUpgradableVersion failed): nothing was created", wantStatus: 1,
-			wantOut: []string{"MinUpgradableVersion   required   fail"},
+			wantOut: []string{"MinUpgradableVersion    required    fail"},
 		},
 		{
 			name: "no checksum file", opts: applyOpts(func(o *upgradeApplyOptions) { o.req.ISOURL, o.req.Checksum = sums.URL+"/none/v1.6.0.iso", "" }),

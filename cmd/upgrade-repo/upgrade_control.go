@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // planVerbOptions are what pause, resume, retry and abort share: the plan and the cluster.
 type planVerbOptions struct {
 	plan string
-	kubeOptions
+	kubeclient.Options
 }
 
 // parsePlanVerb parses the flags of a verb that acts on one plan, PLAN before or after them;
@@ -28,7 +29,7 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 	var o planVerbOptions
 	fset := verbFlagSet(a, verb,
 		fmt.Sprintf("usage: upgrade-repo upgrade %s PLAN [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]", verb), "  "+usage)
-	o.flags(fset)
+	o.AddFlags(fset)
 	if extra != nil {
 		extra(fset)
 	}
@@ -39,7 +40,7 @@ func parsePlanVerb(a *app, verb, usage string, args []string, extra func(*flag.F
 	if len(pos) != 1 {
 		return o, false, fmt.Errorf("%w: upgrade %s takes one plan, got %q", errUsage, verb, pos)
 	}
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return o, false, err
 	}
 	o.plan = pos[0]
@@ -52,7 +53,7 @@ func runUpgradePause(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func runUpgradeResume(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func runUpgradeRetry(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func runUpgradeAbort(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}

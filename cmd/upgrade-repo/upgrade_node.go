@@ -8,13 +8,14 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // upgradeNodeOptions are the flags and argument of `upgrade node`.
 type upgradeNodeOptions struct {
 	node, version, name string
-	kubeOptions
+	kubeclient.Options
 }
 
 // runUpgradeNode creates the plan that upgrades one node alone.
@@ -26,7 +27,7 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 		"  a plan in flight for the same node and Version is reported, not created again")
 	fset.StringVar(&o.version, "version", "", "the `Version` to upgrade the node to; default: the Version of the plan that Succeeded last")
 	fset.StringVar(&o.name, "name", "", "the UpgradePlan's `name`; default: VERSION-NODE, dots as dashes")
-	o.flags(fset)
+	o.AddFlags(fset)
 	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return err
@@ -35,10 +36,10 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("%w: upgrade node takes one node, got %q", errUsage, pos)
 	}
 	o.node = pos[0]
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}

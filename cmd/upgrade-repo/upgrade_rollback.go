@@ -9,21 +9,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
-	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // parseSoakVerb parses the flags of finalize and rollback, whose PLAN is optional (the
 // Succeeded plan that soaks now when absent).
-func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k kubeOptions, help bool, err error) {
+func parseSoakVerb(a *app, verb, usage string, args []string) (plan string, k kubeclient.Options, help bool, err error) {
 	fset := verbFlagSet(a, verb,
 		fmt.Sprintf("usage: upgrade-repo upgrade %s [PLAN] [-n NAMESPACE] [--kubeconfig FILE] [--context NAME] [--api-timeout D]", verb), "  "+usage)
-	k.flags(fset)
+	k.AddFlags(fset)
 	pos, help, err := parseVerbArgs(a.stdout, fset, args)
 	if help || err != nil {
 		return "", k, help, err
 	}
-	if err := k.check(); err != nil {
+	if err := k.Check(); err != nil {
 		return "", k, false, err
 	}
 	if len(pos) > 1 {
@@ -54,7 +54,7 @@ func runUpgradeFinalize(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, k)
+	c, err := k.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func runUpgradeRollback(ctx context.Context, a *app, args []string) error {
 	if help || err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, k)
+	c, err := k.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -104,21 +104,4 @@ func upgradeRollback(ctx context.Context, w io.Writer, c client.Client, plan str
 		"workers first, then the control plane; etcd stays at its newer version.\nFollow it: upgrade-repo upgrade status %s -w\n",
 		p.Name, of.Name, of.Spec.Version, p.Spec.Version, p.Name)
 	return nil
-}
-
-// soakLine says, for a Succeeded plan, until when a rollback is possible, or how its soak ended;
-// "" when it has none.
-func soakLine(p *v1beta1.UpgradePlan, now time.Time) string {
-	s := p.Status.Soak
-	switch {
-	case p.Status.Phase != v1beta1.PhaseSucceeded || s == nil:
-		return ""
-	case s.Ended != nil:
-		return fmt.Sprintf("Rollback: no longer possible: %s", s.Message)
-	}
-	if until, ok := sequencer.RollbackUntil(p, now); ok {
-		return fmt.Sprintf("Rollback: possible to %s until %s (in %s): upgrade-repo upgrade rollback %s; upgrade-repo upgrade finalize %s ends it now",
-			s.PreviousVersion, until.UTC().Format(time.RFC3339), until.Sub(now).Round(time.Minute), p.Name, p.Name)
-	}
-	return fmt.Sprintf("Rollback: the soak ended at %s; the sequencer cleans release %s up", s.Until.UTC().Format(time.RFC3339), s.PreviousVersion)
 }

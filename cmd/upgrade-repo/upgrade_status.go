@@ -1,33 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
-	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
-	"github.com/upgrade-repo/upgrade-repo/internal/printable"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
-	"github.com/upgrade-repo/upgrade-repo/planview"
-	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
 // upgradeStatusOptions are the flags and argument of `upgrade status`.
 type upgradeStatusOptions struct {
 	plan, output string
-	kubeOptions
+	kubeclient.Options
 	watch bool
 	// terminal redraws the status in place with progress bars; else a watch writes one line
 	// per change.
@@ -45,7 +33,7 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 		"  without PLAN: the newest plan that is not finished, else the newest plan")
 	fset.StringVar(&o.output, "o", "text", "output `format`: text (wide: the same table), json or yaml")
 	fset.StringVar(&o.output, "output", "text", "same as -o")
-	o.flags(fset)
+	o.AddFlags(fset)
 	fset.BoolVar(&o.watch, "w", false, "print the status again at each change until the plan ends; exit 1 if it failed")
 	fset.BoolVar(&o.watch, "watch", false, "same as -w")
 	fset.DurationVar(&o.timeout, "timeout", 0, "with -w, stop following after this `duration` and exit 3 (the plan goes on); 0 waits for its end")
@@ -69,10 +57,10 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	if o.timeout < 0 {
 		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
 	}
-	if err := o.check(); err != nil {
+	if err := o.Check(); err != nil {
 		return err
 	}
-	c, err := upgradeClient(a, o.kubeOptions)
+	c, err := o.Client(a.stderr)
 	if err != nil {
 		return err
 	}
@@ -82,295 +70,14 @@ func runUpgradeStatus(ctx context.Context, a *app, args []string) error {
 	})
 }
 
-// upgradeStatus prints the plan o names (or the one planview.Pick picks) and, with o.watch,
-// follows it to its end.
+// upgradeStatus hands the flags of `upgrade status` to planctl.Status.
 func upgradeStatus(ctx context.Context, a *app, c client.WithWatch, o upgradeStatusOptions, now func() time.Time) error {
-	if o.plan == "" {
-		name, err := pickPlan(ctx, c)
-		if err != nil {
-			return err
-		}
-		o.plan = name
-	}
-	sp := &statusPrinter{a: a, c: c, o: o, now: now}
-	show := func(plan *v1beta1.UpgradePlan) error { return sp.show(ctx, plan) }
-	var plan v1beta1.UpgradePlan
-	for {
-		if err := c.Get(ctx, client.ObjectKey{Name: o.plan}, &plan); err != nil {
-			return fmt.Errorf("get upgradeplan %s: %w", o.plan, err)
-		}
-		if err := show(&plan); err != nil {
-			return err
-		}
-		if !o.watch || plan.Status.Phase.Finished() {
-			break
-		}
-		start := time.Now()
-		if err := followPlan(ctx, c, &plan, show); err != nil {
-			return err
-		}
-		// A watch the server ends at once is not opened again at once.
-		if time.Since(start) < time.Second {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
-			}
-		}
-	}
-	if o.watch && plan.Status.Phase == v1beta1.PhaseFailed {
-		why := "no reason given"
-		if d := meta.FindStatusCondition(plan.Status.Conditions, v1beta1.ConditionDegraded); d != nil {
-			why = d.Reason + ": " + d.Message
-		}
-		return fmt.Errorf("upgradeplan %s failed in %s: %s", plan.Name, plan.Status.FailedPhase, why)
-	}
-	return nil
-}
-
-// pickPlan returns the name of the plan `upgrade status` shows when none is named
-// (planview.Pick).
-func pickPlan(ctx context.Context, c client.Reader) (string, error) {
-	var list v1beta1.UpgradePlanList
-	if err := c.List(ctx, &list); err != nil {
-		return "", fmt.Errorf("list upgradeplans: %w", err)
-	}
-	p := planview.Pick(list.Items)
-	if p == nil {
-		return "", errors.New("no UpgradePlan in the cluster")
-	}
-	return p.Name, nil
-}
-
-// statusPrinter prints one plan's status each time it changes: with -o json or yaml one document
-// per change; as text the whole table once, then, while it is watched, one line per change, or
-// the table redrawn in place on a terminal.
-type statusPrinter struct {
-	a   *app
-	c   client.Reader
-	o   upgradeStatusOptions
-	now func() time.Time
-
-	shown   *planview.Plan // the view printed last; nil before the first
-	shownRV string         // the plan's resource version shown was printed for
-	live    planview.Live  // the lines of a watch, and the table redrawn on a terminal
-	// nodesWarned and installedWarned: the nodes or the installed version could not be read,
-	// and that was said (once).
-	nodesWarned, installedWarned bool
-}
-
-// show prints plan's status unless it shows nothing new.
-func (sp *statusPrinter) show(ctx context.Context, plan *v1beta1.UpgradePlan) error {
-	if plan.ResourceVersion == sp.shownRV && sp.shown != nil {
-		return nil
-	}
-	v := sp.view(ctx, plan)
-	first := sp.shown == nil
-	switch sp.o.output {
-	case "json":
-		sp.shown, sp.shownRV = v, plan.ResourceVersion
-		return planview.WriteJSON(sp.a.stdout, v)
-	case "yaml":
-		// The JSON object as YAML, one document per change, as kubectl get -o yaml -w.
-		sp.shown, sp.shownRV = v, plan.ResourceVersion
-		return writeYAML(sp.a.stdout, v)
-	}
-	if !first && planview.SameText(sp.shown, v) {
-		return nil
-	}
-	sp.shown, sp.shownRV = v, plan.ResourceVersion
-	switch {
-	case sp.o.watch && sp.o.terminal:
-		return sp.live.Redraw(sp.a.stdout, v)
-	case first:
-		return sp.writeTable(plan, v)
-	}
-	return sp.writeLines(plan.Name, v)
-}
-
-// view is plan's view: its nodes, the command that releases a held plan, the time estimate,
-// the installed version.
-func (sp *statusPrinter) view(ctx context.Context, plan *v1beta1.UpgradePlan) *planview.Plan {
-	v := planview.New(plan, upgradeNodes(ctx, sp.a, sp.c, plan, &sp.nodesWarned), sp.now())
-	if v.Held != nil && len(planctl.PausedByHand(plan)) > 0 {
-		v.Held.Command += " --all"
-	}
-	v.Estimate = planEstimate(ctx, sp.c, plan, sp.now())
-	if in, err := sequencer.ReadInstalled(ctx, sp.c, sp.o.namespace); err == nil {
-		v.Installed = in.Version
-	} else if !sp.installedWarned {
-		sp.a.log.Warn("cannot read the installed version", "err", err)
-		sp.installedWarned = true
-	}
-	return v
-}
-
-// writeTable writes the whole table once, with the soak's line; a watch goes on with one line
-// per change.
-func (sp *statusPrinter) writeTable(plan *v1beta1.UpgradePlan, v *planview.Plan) error {
-	sp.live.Lines(v)
-	if err := planview.WriteText(sp.a.stdout, v); err != nil {
-		return err
-	}
-	if l := soakLine(plan, sp.now()); l != "" {
-		if _, err := fmt.Fprintln(sp.a.stdout, printable.String(l)); err != nil {
-			return fmt.Errorf("write plan %s: %w", plan.Name, err)
-		}
-	}
-	return nil
-}
-
-// writeLines writes a line for each change since the view printed before.
-func (sp *statusPrinter) writeLines(plan string, v *planview.Plan) error {
-	for _, l := range sp.live.Lines(v) {
-		if _, err := fmt.Fprintln(sp.a.stdout, l); err != nil {
-			return fmt.Errorf("write plan %s: %w", plan, err)
-		}
-	}
-	return nil
-}
-
-// followPlan watches plan from its resource version, updating it and calling show at each
-// change, until it is finished or the watch ends (the API server closes watches after a while,
-// and answers 410 Gone when the version is too old): the caller gets the plan again and calls
-// followPlan anew.
-func followPlan(ctx context.Context, c client.WithWatch, plan *v1beta1.UpgradePlan, show func(*v1beta1.UpgradePlan) error) error {
-	w, err := c.Watch(ctx, &v1beta1.UpgradePlanList{}, client.MatchingFields{"metadata.name": plan.Name},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: plan.ResourceVersion}})
-	if err != nil {
-		return fmt.Errorf("watch upgradeplan %s: %w", plan.Name, err)
-	}
-	defer w.Stop()
-	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case ev, ok = <-w.ResultChan():
-		}
-		if !ok {
-			return nil
-		}
-		switch ev.Type {
-		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				return nil
-			}
-			// The API server going away under the watch: the caller reads the plan again,
-			// waiting for it.
-			if _, ok := planctl.Transient(err); ok {
-				return nil
-			}
-			return fmt.Errorf("watch upgradeplan %s: %w", plan.Name, err)
-		case watch.Deleted:
-			return fmt.Errorf("upgradeplan %s was deleted", plan.Name)
-		case watch.Added, watch.Modified:
-			p, isPlan := ev.Object.(*v1beta1.UpgradePlan)
-			if !isPlan || p.Name != plan.Name {
-				continue
-			}
-			*plan = *p
-			if err := show(plan); err != nil {
-				return err
-			}
-			if plan.Status.Phase.Finished() {
-				return nil
-			}
-		}
-	}
-}
-
-// upgradeNodes lists the nodes plan works on in the order the sequencer upgrades them
-// (sequencer.PlanNodes, sequencer.NodeOrder), each with its kubelet's version; the nodes it
-// skips follow from its status, by name. Without the nodes (no right to list them) the rows
-// follow the plan's status by name; that is said once.
-func upgradeNodes(ctx context.Context, a *app, c client.Reader, plan *v1beta1.UpgradePlan, warned *bool) []planview.Node {
-	var list corev1.NodeList
-	if err := c.List(ctx, &list); err != nil {
-		if !*warned {
-			a.log.Warn("cannot list the nodes: rows by name, nodes the plan has not reached not shown", "err", err)
-			*warned = true
-		}
-		return nil
-	}
-	kubelet := make(map[string]string, len(list.Items))
-	for _, n := range list.Items {
-		kubelet[n.Name] = n.Status.NodeInfo.KubeletVersion
-	}
-	// The agents' reports give each node's download; without them there is none to show.
-	iso := map[string]v1beta1.RepoNodeISO{}
-	var rns v1beta1.RepoNodeList
-	if err := c.List(ctx, &rns); err == nil {
-		for _, rn := range rns.Items {
-			iso[rn.Name] = rn.Status.ISO
-		}
-	}
-	cp, others := sequencer.NodeOrder(sequencer.PlanNodes(plan, sequencer.NodeInfos(list.Items)))
-	out := make([]planview.Node, 0, len(list.Items))
-	for _, name := range append(cp, others...) {
-		out = append(out, planview.Node{Name: name, KubeletVersion: kubelet[name],
-			ISOBytesDone: iso[name].BytesDone, ISOBytesTotal: iso[name].BytesTotal})
-	}
-	return out
+	return planctl.Status(ctx, a.stdout, a.log, c, planctl.StatusOptions{Plan: o.plan, Output: o.output, Namespace: o.Namespace,
+		Watch: o.watch, Terminal: o.terminal}, now)
 }
 
 // stdoutTerminal reports whether the command writes to a terminal.
 func stdoutTerminal(a *app) bool {
 	f, ok := a.stdout.(*os.File)
 	return ok && isTerminal(f)
-}
-
-// writeYAML writes the plan's view as one YAML document: planview's JSON, field for field.
-func writeYAML(w io.Writer, v *planview.Plan) error {
-	var b bytes.Buffer
-	if err := planview.WriteJSON(&b, v); err != nil {
-		return err
-	}
-	y, err := yaml.JSONToYAML(b.Bytes())
-	if err != nil {
-		return fmt.Errorf("plan %s as yaml: %w", v.Name, err)
-	}
-	if _, err := fmt.Fprintf(w, "---\n%s", y); err != nil {
-		return fmt.Errorf("write plan %s: %w", v.Name, err)
-	}
-	return nil
-}
-
-// planEstimate is when plan is expected to end (sequencer.EstimateTime), from the cluster's
-// earlier plans, its nodes and the agents' reports; nil for a plan that finished or when they
-// cannot be read.
-func planEstimate(ctx context.Context, c client.Reader, plan *v1beta1.UpgradePlan, now time.Time) *planview.Estimate {
-	if plan.Status.Phase.Finished() {
-		return nil
-	}
-	var plans v1beta1.UpgradePlanList
-	var nodes corev1.NodeList
-	var rns v1beta1.RepoNodeList
-	if c.List(ctx, &plans) != nil || c.List(ctx, &nodes) != nil {
-		return nil
-	}
-	reports := map[string]*v1beta1.RepoNodeStatus{}
-	if c.List(ctx, &rns) == nil {
-		for i := range rns.Items {
-			reports[rns.Items[i].Name] = &rns.Items[i].Status
-		}
-	}
-	est := sequencer.EstimateTime(plan, plans.Items, sequencer.NodeInfos(nodes.Items), reports, now)
-	if est == nil {
-		return nil
-	}
-	secs := func(d time.Duration) int64 { return int64(d.Round(time.Second) / time.Second) }
-	e := &planview.Estimate{RemainingSeconds: secs(est.Remaining), EndTime: now.Add(est.Remaining).Round(time.Second),
-		First: est.First, Partial: est.Partial, Assumed: est.Assumed, Phases: []planview.PhaseEstimate{}, Nodes: []planview.NodeEstimate{}}
-	for _, ph := range est.Phases {
-		e.Phases = append(e.Phases, planview.PhaseEstimate{Phase: ph.Phase, RemainingSeconds: secs(ph.Remaining), Basis: string(ph.Basis),
-			Samples: ph.Samples, BytesLeft: ph.BytesLeft, BytesPerSecond: int64(ph.BytesPerSecond), NodeSeconds: secs(ph.NodeStep),
-			Assumption: ph.Assumption})
-	}
-	for _, n := range est.Nodes {
-		e.Nodes = append(e.Nodes, planview.NodeEstimate{Node: n.Node, RemainingSeconds: secs(n.Remaining)})
-	}
-	return e
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
@@ -52,7 +53,7 @@ func upgradeTestPlan(name string, created time.Duration, phase v1beta1.Phase) *v
 // by name, last in the upgrade order), and objs.
 func upgradeTestClient(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
-	s, err := planScheme()
+	s, err := kubeclient.Scheme()
 	require.NoError(t, err)
 	objs = append(objs, upgradeTestNode("aa-worker", "v1.32.7", false), upgradeTestNode("cp-b", "v1.32.7", true),
 		upgradeTestNode("cp-a", "v1.32.7", true))
