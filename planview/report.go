@@ -255,8 +255,12 @@ func writeDisk(w io.Writer, disk []forecast.NodeDisk) {
 	fmt.Fprintln(tw, "NODE\tADDS\tFILE SYSTEM\tFREE\tUSED AFTER\tGC AT\tRESULT")
 	estimated := false
 	var cleanups []string
+	basis := map[string][]string{}
 	for _, d := range disk {
 		estimated = estimated || d.Estimated
+		if d.Basis != "" {
+			basis[d.Basis] = append(basis[d.Basis], d.Node)
+		}
 		if d.CleanupBytes > 0 {
 			cleanups = append(cleanups, fmt.Sprintf("%s frees %s %s", d.Node, Bytes(d.CleanupBytes), d.CleanupAfter))
 		}
@@ -277,6 +281,19 @@ func writeDisk(w io.Writer, disk []forecast.NodeDisk) {
 		}
 	}
 	_ = tw.Flush()
+	var counted []string
+	for _, b := range []struct{ basis, words string }{
+		{forecast.BasisMeasured, "measured by the node's agent against its containerd"},
+		{forecast.BasisBlobs, "from the release's blob index"},
+		{forecast.BasisImages, "from the archives' sizes"},
+	} {
+		if nodes := basis[b.basis]; len(nodes) > 0 {
+			counted = append(counted, b.words+" on "+strings.Join(nodes, ", "))
+		}
+	}
+	if len(counted) > 0 {
+		fmt.Fprintf(w, "Images counted %s\n", strings.Join(counted, "; "))
+	}
 	if estimated {
 		fmt.Fprintln(w, "(estimated: the ISO does not record its images' blobs, so each archive counts in proportion to the images a node lacks, shared layers as often as archives hold them)")
 	}

@@ -226,7 +226,13 @@ func TestRealISO(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 		var l repo.Listing
 		require.NoError(t, json.Unmarshal(body, &l))
-		require.Equal(t, "harvester", l.Entries[0].Name)
+		var names []string
+		for _, e := range l.Entries {
+			names = append(names, e.Name)
+		}
+		// The bundle's group directories and files, the release's blob index (release.BlobsFile)
+		// among them.
+		require.Equal(t, []string{"blobs.json", "harvester", "metadata.yaml", "rancherd"}, names)
 		require.Equal(t, 1.0, fx.metric(t, "upgrade_repo_release_info", map[string]string{"volume_id": "COS_LIVE", "version": "v1.5.2"}))
 	})
 }
