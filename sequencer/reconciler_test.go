@@ -115,7 +115,7 @@ type cluster struct {
 	// stepWords is when the failed step's pod, with its termination message, shows: "" with
 	// the Job's failure, "late" a round after it, "never" not at all.
 	stepWords string
-	objects       []client.Object
+	objects   []client.Object
 	// opts are added to every Reconciler the test builds.
 	opts []sequencer.Option
 }
