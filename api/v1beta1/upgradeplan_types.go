@@ -180,12 +180,12 @@ type SoakStatus struct {
 // phase once done; Succeeded and Failed are final.
 type Phase string
 
-// The phases in the order they run.
 // ReasonFirstNodeFailed is the reason of the failed node's row when the release failed on the
 // plan's first control-plane node with no other node touched: kubeadm restored that node's
 // manifests, so it runs the previous version, and aborting the plan uncordons it.
 const ReasonFirstNodeFailed = "FirstNodeFailed"
 
+// The phases in the order they run.
 const (
 	PhaseInitializing       Phase = "Initializing"
 	PhaseInitialized        Phase = "Initialized"
