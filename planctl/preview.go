@@ -51,6 +51,12 @@ type PreviewOptions struct {
 	// Plan is the plan judged (upgrade apply's, to create): its nodeUpgradeOption scopes the
 	// nodes judged and ordered as the sequencer will. Nil judges one over every node.
 	Plan *v1beta1.UpgradePlan
+	// CertificateSources are the ports of the control planes whose serving certificates are
+	// read (sequencer.ControlPlaneCertificates); nil: sequencer.DefaultCertificateSources, as
+	// the sequencer reads them.
+	CertificateSources []sequencer.CertificateSource
+	// Now is when the plan is judged, for the certificates' expiry; zero: time.Now.
+	Now time.Time
 }
 
 // Preview gathers the facts (from c when it is not nil; without a cluster the checks only a
@@ -129,8 +135,16 @@ func Preview(ctx context.Context, o PreviewOptions, c client.Reader, hc *http.Cl
 		if f.Version != nil {
 			facts.ISOChecksum = f.Version.Spec.ISOChecksum
 		}
-		facts.Now = time.Now()
-		facts.Certificates, facts.CertificatesNote = sequencer.ServingCertificates(ctx, f.Nodes, sequencer.DefaultAPIServerPort)
+		facts.Now = o.Now
+		if facts.Now.IsZero() {
+			facts.Now = time.Now()
+		}
+		sources := o.CertificateSources
+		if sources == nil {
+			sources = sequencer.DefaultCertificateSources
+		}
+		facts.Certificates, facts.CertificatesNote = sequencer.ControlPlaneCertificates(ctx, f.Nodes, sources)
+		facts.Plans = f.Plans
 		if facts.Disruptions, err = sequencer.GatherDisruptions(ctx, c, nil); err != nil {
 			return nil, err
 		}

@@ -16,18 +16,59 @@ const (
 	CheckCertificateExpiry = "CertificateExpiry"
 )
 
-// DefaultCertificateWindow is the plan's window when its duration is not known: a certificate
-// that expires within it may expire while the plan runs.
+// DefaultCertificateWindow is the shortest window of the certificate check, and the window
+// when the plan's duration is not estimated: a certificate that expires within it may expire
+// while the plan runs.
 const DefaultCertificateWindow = 24 * time.Hour
+
+// CertificateWindow is the window a control-plane certificate must outlast for a plan estimated
+// to take estimate (0: not estimated): twice the estimate, the margin for an estimate that rests
+// on assumptions or on earlier plans, never less than DefaultCertificateWindow.
+func CertificateWindow(estimate time.Duration) time.Duration {
+	return max(2*estimate, DefaultCertificateWindow)
+}
+
+// Renewal says whether the upgrade itself renews a certificate.
+type Renewal string
+
+// The renewals of a control-plane certificate.
+const (
+	// NotRenewed: kubeadm's upgrade does not renew it (the kubelet's serving certificate, which
+	// the kubelet makes or has signed itself). The zero value: a certificate of unknown origin
+	// is taken not to be renewed.
+	NotRenewed Renewal = ""
+	// RenewedByKubeadm: a certificate of kubeadm's PKI (the API server's, etcd's), which kubeadm
+	// renews as it upgrades that node (upgrade apply on the first control plane, upgrade node
+	// on the others) unless told not to.
+	RenewedByKubeadm Renewal = "kubeadm"
+	// RenewedOnRestart: the self-signed certificate a component makes as it starts (the
+	// scheduler's and the controller manager's, without a certificate of their own), made anew
+	// when the upgrade restarts it with its new manifest.
+	RenewedOnRestart Renewal = "restart"
+)
 
 // Certificate is a control-plane certificate and when it expires.
 type Certificate struct {
 	// Node is the control-plane node that serves it.
 	Node string
-	// Name says which certificate it is (the API server's serving certificate).
-	Name string
+	// Component is what serves it: kube-apiserver, etcd, kubelet, kube-scheduler,
+	// kube-controller-manager.
+	Component string
+	// CommonName is its subject's common name.
+	CommonName string
 	// NotAfter is when it expires.
 	NotAfter time.Time
+	// Renewal says whether the upgrade renews it.
+	Renewal Renewal
+}
+
+// String names the certificate for the check's messages.
+func (c Certificate) String() string {
+	s := c.Component + "'s serving certificate on node " + c.Node
+	if c.CommonName != "" {
+		s += " (CN " + c.CommonName + ")"
+	}
+	return s
 }
 
 // Preflight holds the facts of the pre-flight checks. The zero value checks nothing: each check
@@ -48,10 +89,11 @@ type Preflight struct {
 	// not be read.
 	Certificates     []Certificate
 	CertificatesNote string
-	// Now and Window bound the certificate check: a certificate expiring before Now+Window
-	// fails it. Window 0 is DefaultCertificateWindow.
-	Now    time.Time
-	Window time.Duration
+	// Now and Estimate bound the certificate check: a certificate expiring before
+	// Now+CertificateWindow(Estimate) fails it. Estimate is how long the plan is expected to
+	// take (the time estimate's total); 0 when not estimated.
+	Now      time.Time
+	Estimate time.Duration
 }
 
 // preflightChecks judges in's pre-flight facts. Each is skippable (Force) and transient: the
@@ -93,31 +135,72 @@ func preflightChecks(in Input) []Check {
 
 func certificates(p Preflight) Check {
 	c := Check{Name: CheckCertificateExpiry, Transient: true,
-		Description: "no control-plane certificate expires within the plan's window (kubeadm renews them as it upgrades each control plane)"}
-	window := p.Window
-	if window <= 0 {
-		window = DefaultCertificateWindow
-	}
+		Description: "no control-plane certificate expires within the plan's window (twice its estimated duration, at least 24h)"}
 	if len(p.Certificates) == 0 {
 		return result(c, true, "not checked: "+orDefault(p.CertificatesNote, "no control-plane certificate was read"), "")
 	}
+	window := CertificateWindow(p.Estimate)
 	certs := slices.Clone(p.Certificates)
-	slices.SortFunc(certs, func(a, b Certificate) int { return a.NotAfter.Compare(b.NotAfter) })
+	slices.SortStableFunc(certs, func(a, b Certificate) int { return a.NotAfter.Compare(b.NotAfter) })
 	var expiring []string
+	renewed, kept := false, false
 	for _, ct := range certs {
-		if ct.NotAfter.Before(p.Now.Add(window)) {
-			expiring = append(expiring, fmt.Sprintf("%s of node %s expires %s (in %s)", ct.Name, ct.Node,
-				ct.NotAfter.UTC().Format(time.RFC3339), ct.NotAfter.Sub(p.Now).Round(time.Minute)))
+		if !ct.NotAfter.Before(p.Now.Add(window)) {
+			continue
+		}
+		expiring = append(expiring, fmt.Sprintf("%s expires %s (in %s; %s)", ct,
+			ct.NotAfter.UTC().Format(time.RFC3339), ct.NotAfter.Sub(p.Now).Round(time.Minute), renewal(ct)))
+		switch ct.Renewal {
+		case RenewedByKubeadm, RenewedOnRestart:
+			renewed = true
+		default:
+			kept = true
 		}
 	}
+	within := fmt.Sprintf("the plan's window of %s (%s)", window, windowBasis(p.Estimate, window))
 	first := certs[0]
-	pass := fmt.Sprintf("the first to expire, %s of node %s, expires %s, after the plan's window of %s", first.Name, first.Node,
-		first.NotAfter.UTC().Format(time.RFC3339), window)
+	pass := fmt.Sprintf("the first to expire, %s, expires %s, after %s", first,
+		first.NotAfter.UTC().Format(time.RFC3339), within)
 	if p.CertificatesNote != "" {
 		pass += "; " + p.CertificatesNote
 	}
-	return result(c, len(expiring) == 0, pass, strings.Join(expiring, "; ")+
-		fmt.Sprintf(": within the plan's window of %s; renew them (kubeadm certs renew) before the upgrade", window))
+	// The upgrade renews some only as it reaches their node: one that expires before then stops
+	// the control plane mid-upgrade, so they are renewed before it starts too.
+	var how []string
+	if renewed {
+		how = append(how, "kubeadm certs renew on the node, for kubeadm's")
+	}
+	if kept {
+		how = append(how, "the kubelet's by its certificate rotation or a new certificate")
+	}
+	fail := strings.Join(expiring, "; ") +
+		fmt.Sprintf(": within %s; renew them before the upgrade (%s), or force", within, strings.Join(how, "; "))
+	if p.CertificatesNote != "" {
+		fail += "; " + p.CertificatesNote
+	}
+	return result(c, len(expiring) == 0, pass, fail)
+}
+
+// renewal says whether the upgrade renews ct.
+func renewal(ct Certificate) string {
+	switch ct.Renewal {
+	case RenewedByKubeadm:
+		return "kubeadm renews it as it upgrades that node, which may be after it expires"
+	case RenewedOnRestart:
+		return "made anew when the upgrade restarts " + ct.Component + " on that node"
+	}
+	return "not renewed by kubeadm upgrade apply"
+}
+
+// windowBasis says where window, for a plan estimated to take estimate, comes from.
+func windowBasis(estimate, window time.Duration) string {
+	switch {
+	case estimate <= 0:
+		return "the plan's duration is not estimated"
+	case window == DefaultCertificateWindow:
+		return fmt.Sprintf("at least %s; the plan is estimated to take %s", DefaultCertificateWindow, estimate.Round(time.Minute))
+	}
+	return fmt.Sprintf("twice the plan's estimate of %s", estimate.Round(time.Minute))
 }
 
 func orDefault(s, def string) string {

@@ -35,15 +35,36 @@ func TestPreflightChecks(t *testing.T) {
 		{name: "a budget no drain meets", check: policy.CheckDrainable, want: fail, transient: true,
 			pre: policy.Preflight{UndrainableBudgets: []string{"PodDisruptionBudget db/pg allows no eviction"}}, message: "PodDisruptionBudget db/pg allows no eviction"},
 		{name: "no certificate read", check: policy.CheckCertificateExpiry, want: pass, message: "not checked: no control-plane certificate was read"},
-		{name: "certificates past the window", check: policy.CheckCertificateExpiry, want: pass,
-			pre: policy.Preflight{Now: now, Window: 2 * time.Hour, Certificates: []policy.Certificate{
-				{Node: "cp-b", Name: "API server serving certificate", NotAfter: now.Add(48 * time.Hour)},
-				{Node: "cp-a", Name: "API server serving certificate", NotAfter: now.Add(3 * time.Hour)}}},
-			message: "the first to expire, API server serving certificate of node cp-a, expires 2026-05-01T15:00:00Z, after the plan's window of 2h0m0s"},
-		{name: "a certificate expiring within the default window", check: policy.CheckCertificateExpiry, want: fail, transient: true,
+		{name: "certificates past a window of twice the estimate", check: policy.CheckCertificateExpiry, want: pass,
+			pre: policy.Preflight{Now: now, Estimate: 30 * time.Hour, Certificates: []policy.Certificate{
+				{Node: "cp-b", Component: "etcd", CommonName: "cp-b", NotAfter: now.Add(72 * time.Hour), Renewal: policy.RenewedByKubeadm},
+				{Node: "cp-a", Component: "kube-apiserver", CommonName: "kube-apiserver", NotAfter: now.Add(61 * time.Hour), Renewal: policy.RenewedByKubeadm}},
+				CertificatesNote: "kube-scheduler (:10259) on cp-a, cp-b: refused, skipped"},
+			message: "the first to expire, kube-apiserver's serving certificate on node cp-a (CN kube-apiserver), expires 2026-05-04T01:00:00Z, " +
+				"after the plan's window of 60h0m0s (twice the plan's estimate of 30h0m0s); kube-scheduler (:10259) on cp-a, cp-b: refused, skipped"},
+		{name: "a short estimate still checks a day", check: policy.CheckCertificateExpiry, want: fail, transient: true,
+			pre: policy.Preflight{Now: now, Estimate: 90 * time.Minute, Certificates: []policy.Certificate{
+				{Node: "cp-a", Component: "etcd", CommonName: "cp-a", NotAfter: now.Add(3 * time.Hour), Renewal: policy.RenewedByKubeadm}},
+				CertificatesNote: "kubelet (:10250) on cp-a: no answer in 3s, skipped"},
+			message: "etcd's serving certificate on node cp-a (CN cp-a) expires 2026-05-01T15:00:00Z (in 3h0m0s; kubeadm renews it as it upgrades that node, " +
+				"which may be after it expires): within the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 1h30m0s); " +
+				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's), or force; kubelet (:10250) on cp-a: no answer in 3s, skipped"},
+		{name: "the kubelet's is not renewed by the upgrade", check: policy.CheckCertificateExpiry, want: fail, transient: true,
 			pre: policy.Preflight{Now: now, Certificates: []policy.Certificate{
-				{Node: "cp-a", Name: "API server serving certificate", NotAfter: now.Add(3 * time.Hour)}}},
-			message: "API server serving certificate of node cp-a expires 2026-05-01T15:00:00Z (in 3h0m0s): within the plan's window of 24h0m0s; renew them (kubeadm certs renew) before the upgrade"},
+				{Node: "cp-a", Component: "kubelet", CommonName: "cp-a@1714560000", NotAfter: now.Add(5 * time.Hour)},
+				{Node: "cp-a", Component: "kube-apiserver", CommonName: "kube-apiserver", NotAfter: now.Add(400 * 24 * time.Hour), Renewal: policy.RenewedByKubeadm}}},
+			message: "kubelet's serving certificate on node cp-a (CN cp-a@1714560000) expires 2026-05-01T17:00:00Z (in 5h0m0s; not renewed by kubeadm upgrade apply): " +
+				"within the plan's window of 24h0m0s (the plan's duration is not estimated); " +
+				"renew them before the upgrade (the kubelet's by its certificate rotation or a new certificate), or force"},
+		{name: "several, soonest first, forced", check: policy.CheckCertificateExpiry, want: forced, force: true,
+			pre: policy.Preflight{Now: now, Certificates: []policy.Certificate{
+				{Node: "cp-b", Component: "kubelet", NotAfter: now.Add(20 * time.Hour)},
+				{Node: "cp-a", Component: "kube-scheduler", CommonName: "localhost@1714560000", NotAfter: now.Add(2 * time.Hour), Renewal: policy.RenewedOnRestart},
+				{Node: "cp-a", Component: "kube-apiserver", CommonName: "kube-apiserver", NotAfter: now.Add(25 * time.Hour), Renewal: policy.RenewedByKubeadm}}},
+			message: "kube-scheduler's serving certificate on node cp-a (CN localhost@1714560000) expires 2026-05-01T14:00:00Z (in 2h0m0s; made anew when the upgrade restarts kube-scheduler on that node); " +
+				"kubelet's serving certificate on node cp-b expires 2026-05-02T08:00:00Z (in 20h0m0s; not renewed by kubeadm upgrade apply): " +
+				"within the plan's window of 24h0m0s (the plan's duration is not estimated); " +
+				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's; the kubelet's by its certificate rotation or a new certificate), or force (forced)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +87,28 @@ func TestPreflightChecks(t *testing.T) {
 			if tt.want == fail {
 				require.Equal(t, tt.transient, res.Transient())
 			}
+		})
+	}
+}
+
+// The window a certificate must outlast: twice the plan's estimate, never less than a day.
+func TestCertificateWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		estimate time.Duration
+		want     time.Duration
+	}{
+		{name: "not estimated", want: 24 * time.Hour},
+		{name: "an hour's plan", estimate: time.Hour, want: 24 * time.Hour},
+		{name: "exactly half a day", estimate: 12 * time.Hour, want: 24 * time.Hour},
+		{name: "longer than half a day", estimate: 13 * time.Hour, want: 26 * time.Hour},
+		{name: "two days", estimate: 48 * time.Hour, want: 96 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, policy.CertificateWindow(tt.estimate))
 		})
 	}
 }

@@ -28,6 +28,9 @@ type Facts struct {
 	// PlansInFlight names the plans, other than the one asking, that are neither Succeeded nor
 	// Failed.
 	PlansInFlight []string
+	// Plans are the cluster's UpgradePlans (their Succeeded ones are the history of the time
+	// estimate).
+	Plans []v1beta1.UpgradePlan
 	// Version is the target Version; nil when it does not exist.
 	Version *v1beta1.Version
 	// KubernetesVersion is the control plane's Kubernetes version as its nodes tell it: the
@@ -88,6 +91,7 @@ func GatherFacts(ctx context.Context, r client.Reader, namespace, plan, target s
 		return Facts{}, fmt.Errorf("list upgrade plans: %w", err)
 	}
 	f.PlansInFlight = inFlight(plans.Items, plan)
+	f.Plans = plans.Items
 	var rns v1beta1.RepoNodeList
 	if err := r.List(ctx, &rns); err != nil {
 		return Facts{}, fmt.Errorf("list repo nodes: %w", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
@@ -58,9 +59,10 @@ type JudgeFacts struct {
 	// Certificates are the control-plane certificates read, CertificatesNote what could not be.
 	Certificates     []policy.Certificate
 	CertificatesNote string
-	// Window is how long the plan is expected to take (the certificates must outlast it); 0
-	// takes policy.DefaultCertificateWindow.
-	Window time.Duration
+	// Plans are the cluster's UpgradePlans: the Succeeded ones are the history the plan's time
+	// estimate rests on, and the certificates must outlast that estimate
+	// (policy.CertificateWindow).
+	Plans []v1beta1.UpgradePlan
 	// Disruptions are the cluster's PodDisruptionBudgets with pods to evict
 	// (GatherDisruptions), for the batches of workers upgraded together.
 	Disruptions []Disruption
@@ -134,11 +136,26 @@ func Judge(p *v1beta1.UpgradePlan, f JudgeFacts) Judgement {
 	j.ControlPlaneNodes, j.OtherNodes = NodeOrder(nodes)
 	j.WorkersFirst = WorkersFirst(p)
 	in.Preflight = policy.Preflight{UndrainableBudgets: f.UndrainableBudgets, Certificates: f.Certificates,
-		CertificatesNote: f.CertificatesNote, Now: f.Now, Window: f.Window, CordonedNodes: cordonedByOthers(p, nodes)}
+		CertificatesNote: f.CertificatesNote, Now: f.Now, CordonedNodes: cordonedByOthers(p, nodes)}
 	j.Disk = diskForecast(&in.Preflight, f, cleanupAfter(p), append(slices.Clone(j.ControlPlaneNodes), j.OtherNodes...))
+	in.Preflight.Estimate = wholeEstimate(p, f, j.Disk)
 	j.Input, j.Result = in, policy.Evaluate(in)
 	j.Batches = WorkerBatches(orderedInfos(nodes, j.OtherNodes), nodeConcurrency(p), f.Disruptions)
 	return j
+}
+
+// wholeEstimate is how long plan p takes from its start (EstimateTime of p not started, with the
+// disk forecast disk for the bytes it moves), on the facts f; 0 when nothing is known of it. It
+// reads p's spec only, so that a plan judged before it exists (the plan command) and the same
+// plan judged as it starts get the same estimate.
+func wholeEstimate(p *v1beta1.UpgradePlan, f JudgeFacts, disk []forecast.NodeDisk) time.Duration {
+	q := &v1beta1.UpgradePlan{ObjectMeta: metav1.ObjectMeta{Name: p.Name}, Spec: p.Spec}
+	q.Status.DiskForecast = diskRecord(disk)
+	est := EstimateTime(q, f.Plans, f.Nodes, f.RepoNodes, f.Now)
+	if est == nil {
+		return 0
+	}
+	return est.Remaining
 }
 
 // cleanupAfter says when the cleanup of the previous release runs after plan p: once its soak
@@ -339,7 +356,7 @@ func NodeInfos(nodes []corev1.Node) []NodeInfo {
 func NewObservation(now time.Time, plan *v1beta1.UpgradePlan, f Facts) Observation {
 	return Observation{Now: now, Plan: plan, Version: f.Version, Installed: f.Installed,
 		PlansInFlight: f.PlansInFlight, Nodes: NodeInfos(f.Nodes), KubernetesVersion: f.KubernetesVersion,
-		RepoNodes: f.RepoNodes, UndrainableBudgets: f.UndrainableBudgets}
+		RepoNodes: f.RepoNodes, UndrainableBudgets: f.UndrainableBudgets, Plans: f.Plans}
 }
 
 // judgeFacts are the facts of the observation that d's plan is judged on, with the release rel.
@@ -347,7 +364,8 @@ func (d *decider) judgeFacts(rel *release.Release) JudgeFacts {
 	f := JudgeFacts{Installed: d.o.Installed, VersionExists: d.o.Version != nil, PlansInFlight: d.o.PlansInFlight,
 		Nodes: d.o.Nodes, KubernetesVersion: d.o.KubernetesVersion, Release: rel, Disruptions: d.o.Disruptions,
 		Now: d.o.Now, RepoNodes: d.o.RepoNodes, ISOSize: d.o.ISOSize, Archives: d.o.EarlyArchives,
-		UndrainableBudgets: d.o.UndrainableBudgets, Certificates: d.o.Certificates, CertificatesNote: d.o.CertificatesNote}
+		UndrainableBudgets: d.o.UndrainableBudgets, Certificates: d.o.Certificates, CertificatesNote: d.o.CertificatesNote,
+		Plans: d.o.Plans}
 	if d.o.Version != nil {
 		f.ISOChecksum = d.o.Version.Spec.ISOChecksum
 	}

@@ -99,6 +99,9 @@ type Observation struct {
 	// UndrainableBudgets say which PodDisruptionBudgets no drain can ever satisfy
 	// (Facts.UndrainableBudgets).
 	UndrainableBudgets []string
+	// Plans are the cluster's UpgradePlans (Facts.Plans), for the time estimate the
+	// certificates must outlast.
+	Plans []v1beta1.UpgradePlan
 	// ClusterJob is the state of the cluster Job.
 	ClusterJob JobState
 	// NodeJobs are the states of the node Jobs by node name.

@@ -160,13 +160,11 @@ func WithJobServiceAccount(name string) Option { return func(r *Reconciler) { r.
 // (activeDeadlineSeconds); 0 sets no deadline. DefaultJobTimeout by default.
 func WithJobTimeout(d time.Duration) Option { return func(r *Reconciler) { r.jobTimeout = d } }
 
-// DefaultAPIServerPort is the port the control planes' API servers listen on (kubeadm's and
-// RKE2's).
-const DefaultAPIServerPort = 6443
-
-// WithAPIServerPort sets the port on the control-plane nodes whose serving certificate the
-// pre-flight reads (DefaultAPIServerPort by default); 0 reads none.
-func WithAPIServerPort(port int) Option { return func(r *Reconciler) { r.certs.port = port } }
+// WithCertificateSources sets the ports of the control-plane nodes whose serving certificates
+// the pre-flight reads (DefaultCertificateSources by default); none reads none.
+func WithCertificateSources(sources []CertificateSource) Option {
+	return func(r *Reconciler) { r.certs.sources = sources }
+}
 
 // WithEventRecorder sets where events go; nowhere by default.
 func WithEventRecorder(e EventRecorder) Option { return func(r *Reconciler) { r.events = e } }
@@ -180,7 +178,7 @@ func NewReconciler(c client.Client, log *slog.Logger, opts ...Option) (*Reconcil
 	r := &Reconciler{
 		c: c, log: log, namespace: "upgrade-repo", service: "upgrade-repo", sucNamespace: "cattle-system",
 		http: &http.Client{Timeout: 30 * time.Second}, cfg: DefaultConfig, now: time.Now,
-		keepPods: labels.Nothing(), jobTimeout: DefaultJobTimeout, certs: certReads{port: DefaultAPIServerPort},
+		keepPods: labels.Nothing(), jobTimeout: DefaultJobTimeout, certs: certReads{sources: DefaultCertificateSources},
 	}
 	for _, o := range opts {
 		o(r)

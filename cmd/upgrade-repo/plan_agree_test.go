@@ -1,8 +1,19 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"io"
+	"log"
+	"math/big"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +129,28 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		return objs
 	}
 
+	// An etcd-like control-plane port: its certificate expires 5 hours after the instant both
+	// judge at, and it refuses the handshake for want of a client certificate.
+	judged := time.Unix(2000, 0)
+	etcd := etcdLike(t, judged.Add(5*time.Hour))
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
+	sources := []sequencer.CertificateSource{
+		{Component: "etcd", Port: etcd.Listener.Addr().(*net.TCPAddr).Port, Renewal: policy.RenewedByKubeadm},
+		{Component: "kube-scheduler", Port: closed.Addr().(*net.TCPAddr).Port, Renewal: policy.RenewedOnRestart},
+	}
+	// addressed gives the control planes of objs an internal address, where the certificates
+	// are read.
+	addressed := func(objs []client.Object) []client.Object {
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok && n.Labels["node-role.kubernetes.io/control-plane"] != "" {
+				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+			}
+		}
+		return objs
+	}
+
 	tests := []struct {
 		name string
 		objs []client.Object
@@ -132,6 +165,9 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 		allowed bool
 		// batches, when not nil, are the worker batches both must show.
 		batches [][]string
+		// certificates is whether both read the control planes' certificates (their internal
+		// address is the etcd-like server's) and judge them expiring.
+		certificates bool
 	}{
 		{name: "every node Ready", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true, allowed: true},
 		{name: "release not read yet", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), allowed: true},
@@ -159,6 +195,10 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			repoNode("cp-a", 50<<30), repoNode("w-1", 2<<20)), known: true, iso: true},
 		{name: "three at a time, no zones", objs: with(cluster(true, kubelet), installed("v1.5.2"), version), known: true, allowed: true,
 			options: &v1beta1.NodeUpgradeOption{Concurrency: 3}, batches: [][]string{{"w-1", "w-2", "w-3"}}},
+		{name: "a control-plane certificate expiring within the plan's window", objs: with(addressed(cluster(true, kubelet)), installed("v1.5.2"), version),
+			known: true, certificates: true},
+		{name: "a control-plane certificate expiring, forced", objs: with(addressed(cluster(true, kubelet)), installed("v1.5.2"), version),
+			known: true, certificates: true, force: true, allowed: true},
 		{name: "three at a time, zones and a budget", objs: with(zoned(), installed("v1.5.2"), version), known: true, allowed: true,
 			options: &v1beta1.NodeUpgradeOption{Concurrency: 3}, batches: [][]string{{"w-1"}, {"w-2", "w-3"}}},
 	}
@@ -172,7 +212,7 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			}
 
 			// What the operator is shown.
-			o := planctl.PreviewOptions{To: "v1.6.0", Namespace: ns, Force: tt.force, Plan: plan}
+			o := planctl.PreviewOptions{To: "v1.6.0", Namespace: ns, Force: tt.force, Plan: plan, CertificateSources: sources, Now: judged}
 			if tt.known {
 				o.Release = targetFile
 			}
@@ -197,7 +237,7 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 				PhaseTransitionTimestamp: metav1.NewTime(time.Unix(2000, 0).Add(-sequencer.MeasureWait))}}
 			budgets, err := sequencer.GatherDisruptions(t.Context(), c, nil)
 			require.NoError(t, err)
-			obs := sequencer.NewObservation(time.Unix(2000, 0), started, f)
+			obs := sequencer.NewObservation(judged, started, f)
 			obs.UpgradeImage = "upgrade:v1.6.0"
 			obs.Disruptions = budgets
 			if tt.known {
@@ -207,7 +247,7 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 				obs.EarlyRelease, obs.ISOSize, obs.EarlyArchives = contents.Release, contents.Size, contents.Archives
 			}
 			// As the Reconciler reads them in Initializing.
-			obs.Certificates, obs.CertificatesNote = sequencer.ServingCertificates(t.Context(), f.Nodes, sequencer.DefaultAPIServerPort)
+			obs.Certificates, obs.CertificatesNote = sequencer.ControlPlaneCertificates(t.Context(), f.Nodes, sources)
 			d := sequencer.Decide(sequencer.DefaultConfig, obs)
 			require.NotNil(t, d.Judgement, "Decide judged the plan in Initializing")
 			j := d.Judgement
@@ -226,6 +266,14 @@ func TestPlanAndSequencerAgree(t *testing.T) {
 			require.Equal(t, rep.Disk, j.Disk, "the same disk forecast")
 			if tt.iso {
 				require.Len(t, j.Disk, 2, "a forecast for each node that reports its file systems")
+			}
+			for _, c := range j.Result.Checks {
+				if c.Name == policy.CheckCertificateExpiry {
+					require.Equal(t, !tt.certificates, c.Passed, c.Message)
+					if tt.certificates {
+						require.Contains(t, c.Message, "etcd's serving certificate on node cp-a (CN etcd-server) expires 1970-01-01T05:33:20Z (in 5h0m0s; kubeadm renews it")
+					}
+				}
 			}
 
 			// The sequencer acts on that judgement: it goes on when allowed, over the nodes in
@@ -283,4 +331,24 @@ func reportOutcomes(checks []planview.Check) []outcome {
 		out = append(out, outcome{c.Name, c.Result, c.Message})
 	}
 	return out
+}
+
+// etcdLike serves TLS on 127.0.0.1 with a certificate (CN etcd-server) that expires at
+// notAfter, and, as etcd's client port does, refuses a client without a certificate.
+func etcdLike(t *testing.T, notAfter time.Time) *httptest.Server {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-server"},
+		NotBefore: notAfter.Add(-time.Hour * 24), NotAfter: notAfter, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}
+	// The refused handshakes are the point; the server need not log them.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
 }
