@@ -423,9 +423,10 @@ func (s *Step) unstage(log *slog.Logger) {
 }
 
 // staticPodTimeout finds the component kubeadm waited for in vain in `kubeadm upgrade apply`'s
-// output ("static Pod hash for component C on Node N did not change after T", or a wait for
-// the pods with the label component=C that ended without them).
-var staticPodTimeout = regexp.MustCompile(`(?:static Pod hash for component (\S+) on Node \S+ did not change after ([0-9a-zµ.]+)|pods with label "?component=([a-z0-9-]+))`)
+// output ("static Pod hash for component C on Node N did not change after T", a wait for the
+// pods with the label component=C that ended without them, or "failed to obtain static Pod hash
+// for component C": its pod could not be read, the API server being C or down with it).
+var staticPodTimeout = regexp.MustCompile(`(?:failed to obtain static Pod hash for component (\S+) on Node \S+|static Pod hash for component (\S+) on Node \S+ did not change after ([0-9a-zµ.]+)|pods with label "?component=([a-z0-9-]+))`)
 
 // ApplyFailure reads why a failed `kubeadm upgrade apply` failed from its output: the control
 // plane component that did not come up and what kubeadm did about it (it restores the node's
@@ -437,9 +438,11 @@ func ApplyFailure(out []byte) string {
 	if m := staticPodTimeout.FindStringSubmatch(text); m != nil {
 		switch {
 		case m[1] != "":
-			parts = append(parts, fmt.Sprintf("the release's %s did not come up within %s", m[1], m[2]))
+			parts = append(parts, fmt.Sprintf("the release's %s did not come up: kubeadm could not read its pod, the API server not answering", m[1]))
+		case m[2] != "":
+			parts = append(parts, fmt.Sprintf("the release's %s did not come up within %s", m[2], m[3]))
 		default:
-			parts = append(parts, fmt.Sprintf("the release's %s did not come up", m[3]))
+			parts = append(parts, fmt.Sprintf("the release's %s did not come up", m[4]))
 		}
 	}
 	if strings.Contains(text, "kubeadm has tried to recover everything into the earlier state") {

@@ -289,6 +289,15 @@ func TestApplyFailure(t *testing.T) {
 			want: "the release's kube-apiserver did not come up within 5m0s; kubeadm restored the node's earlier static pod manifests, so the node runs its previous control plane",
 		},
 		{
+			name: "the API server never came up, so its pod could not be read (kubeadm 1.34 on kind): restored",
+			out: moved + "error: error execution phase control-plane: couldn't complete the static pod upgrade: couldn't upgrade control plane. " +
+				"kubeadm has tried to recover everything into the earlier state. Errors faced: failed to obtain static Pod hash for component kube-apiserver " +
+				`on Node upgrade-repo-e2e-control-plane: Get "https://upgrade-repo-e2e-control-plane:6443/api/v1/namespaces/kube-system/pods/kube-apiserver-upgrade-repo-e2e-control-plane?timeout=10s": ` +
+				"dial tcp 172.18.0.4:6443: connect: connection refused\n",
+			want: "the release's kube-apiserver did not come up: kubeadm could not read its pod, the API server not answering; " +
+				"kubeadm restored the node's earlier static pod manifests, so the node runs its previous control plane",
+		},
+		{
 			name: "the scheduler's pods never listed",
 			out: "couldn't upgrade control plane. kubeadm has tried to recover everything into the earlier state. Errors faced: " +
 				`timed out waiting for pods with label "component=kube-scheduler": context deadline exceeded`,
