@@ -255,6 +255,12 @@ func TestKubeadmBadRelease(t *testing.T) {
 	// back: the preload compares the digest the name points to with the release's and imports the
 	// release's image, so the bad API server is what kubeadm starts.
 	agentsFollowPlans(t, c, rel)
+	// The installed version is the one the cluster runs (TestKubeadmRollback's plans record it
+	// when it runs first; this test stands alone too).
+	recreate(t, c, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: installedConfigMap, Namespace: c.namespace},
+		Data:       map[string]string{"version": from},
+	})
 	badURL := strings.TrimSuffix(originURL(c), "release.iso") + "bad.iso"
 	recreate(t, c, &apiv1beta1.Version{ObjectMeta: metav1.ObjectMeta{Name: version},
 		Spec: apiv1beta1.VersionSpec{ISOURL: badURL, ISOChecksum: sum}})
