@@ -53,7 +53,8 @@ func jobState(j *batchv1.Job) JobState {
 const stepWordsWait = 20 * time.Second
 
 // failedSteps says what the failed pods of Job j said as they ended (their termination
-// messages, the step's error or the end of its log), the last one's, or "".
+// messages, the step's error or the end of its log), the last one's, followed by the pod and its
+// exit status, or "".
 func (r *Reconciler) failedSteps(ctx context.Context, j *batchv1.Job) (string, error) {
 	var pods corev1.PodList
 	if err := r.c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
@@ -67,7 +68,7 @@ func (r *Reconciler) failedSteps(ctx context.Context, j *batchv1.Job) (string, e
 			if t == nil || t.ExitCode == 0 || strings.TrimSpace(t.Message) == "" || t.FinishedAt.Time.Before(last) {
 				continue
 			}
-			last, msg = t.FinishedAt.Time, fmt.Sprintf("pod %s exited %d: %s", p.Name, t.ExitCode, strings.TrimSpace(t.Message))
+			last, msg = t.FinishedAt.Time, fmt.Sprintf("%s (pod %s exited %d)", strings.TrimSpace(t.Message), p.Name, t.ExitCode)
 		}
 	}
 	return msg, nil

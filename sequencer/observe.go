@@ -138,7 +138,8 @@ func (r *Reconciler) observeJobs(ctx context.Context, plan *v1beta1.UpgradePlan,
 			}
 			switch {
 			case said != "":
-				st.Message += "; " + said
+				// The step's own words first: they say what went wrong; the Job's say how it ended.
+				st.Message = said + "; " + st.Message
 			case !st.FailedAt.IsZero() && o.Now.Sub(st.FailedAt) < stepWordsWait:
 				// The pod's status may not have reached the cache yet: the Job counts as
 				// running until it does, or until the wait is over.

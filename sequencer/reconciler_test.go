@@ -522,7 +522,8 @@ func TestReconcileClusterJobFails(t *testing.T) {
 	require.Equal(t, v1beta1.PhaseClusterUpgrading, p.Status.FailedPhase)
 	c := meta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionDegraded)
 	require.Equal(t, "ClusterJobFailed", c.Reason)
-	require.Contains(t, c.Message, "ClusterUpgrading failed: job upgrade-repo/up-cluster failed")
+	require.Contains(t, c.Message, "ClusterUpgrading failed: ")
+	require.Contains(t, c.Message, "job upgrade-repo/up-cluster failed")
 	require.True(t, p.Status.Agents.Hold, "a failed plan keeps the ISO on the nodes for a retry")
 }
 
@@ -536,7 +537,7 @@ func TestReconcileNodeJobFailsWithTheStepsError(t *testing.T) {
 	require.Equal(t, v1beta1.PhaseNodeUpgrading, p.Status.FailedPhase)
 	s := p.Status.NodeUpgradeStatuses["cp-1"]
 	require.Equal(t, v1beta1.NodeUpgradeFailed, s.State)
-	require.Contains(t, s.Message, "pod up-node-cp-1-abcde exited 86: node cp-1: the release's kube-apiserver did not come up within 5m0s")
+	require.Contains(t, s.Message, "node cp-1: the release's kube-apiserver did not come up within 5m0s (pod up-node-cp-1-abcde exited 86)")
 	var job batchv1.Job
 	require.NoError(t, k.c.Get(t.Context(), client.ObjectKey{Namespace: testNS, Name: "up-node-cp-1"}, &job))
 	require.NotNil(t, job.Spec.PodFailurePolicy)
@@ -552,7 +553,7 @@ func TestReconcileNodeJobFailureWaitsForTheStepsWords(t *testing.T) {
 	for _, tc := range []struct {
 		words, want string
 	}{
-		{"late", "pod up-node-cp-1-abcde exited 86: node cp-1: the release's kube-apiserver did not come up within 5m0s"},
+		{"late", "node cp-1: the release's kube-apiserver did not come up within 5m0s (pod up-node-cp-1-abcde exited 86)"},
 		{"never", "job upgrade-repo/up-node-cp-1 failed: Test played by the test"},
 	} {
 		t.Run(tc.words, func(t *testing.T) {
