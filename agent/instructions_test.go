@@ -44,10 +44,15 @@ func TestWatchPlans(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); watchPlans(ctx, kube, "n1", b) }()
 
-	in := waitFor(t, b, func(report.Instruction) bool { return true })
-	require.Equal(t, report.Instruction{Judged: "v1.5.2"}, in, "a plan that has not started asks only for a measure of its release")
-
 	var p v1beta1.UpgradePlan
+	require.NoError(t, kube.Get(t.Context(), client.ObjectKey{Name: "up"}, &p))
+	p.Status.Phase = v1beta1.PhaseInitializing
+	p.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonAwaitingNodeMeasures,
+		LastTransitionTime: metav1.Now()}}
+	require.NoError(t, kube.Status().Update(t.Context(), &p))
+	in := waitFor(t, b, func(in report.Instruction) bool { return in.Judged != "" })
+	require.Equal(t, report.Instruction{Judged: "v1.5.2"}, in, "a plan whose pre-flight awaits the agents' measures asks only for a measure of its release")
+
 	require.NoError(t, kube.Get(t.Context(), client.ObjectKey{Name: "up"}, &p))
 	p.Status.Agents = &v1beta1.AgentInstructions{ISOURL: "http://o/r.iso", ISOChecksum: "ab", Hold: true, PreloadNodes: []string{"n1"}}
 	require.NoError(t, kube.Status().Update(t.Context(), &p))

@@ -129,6 +129,17 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		{
+			name: "a plan its policies refuse for good fails at once: the agents are never asked to measure", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
+				o.EarlyRelease = &release.Release{Harvester: "v1.6.0", MinUpgradableVersion: "v1.5.3"}
+				o.EarlyArchives = layeredArchives()
+				o.Plan.Status.PhaseTransitionTimestamps[0].PhaseTransitionTimestamp = metav1.NewTime(decideNow.Add(-time.Second))
+			}),
+			want: want{phase: v1beta1.PhaseFailed, failedPhase: v1beta1.PhaseInitializing, degraded: "PolicyCheckFailed", check: func(t *testing.T, d sequencer.Decision) {
+				require.Contains(t, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionDegraded).Message, "v1.5.3")
+				require.NotEqual(t, v1beta1.ReasonAwaitingNodeMeasures, meta.FindStatusCondition(d.Status.Conditions, v1beta1.ConditionProgressing).Reason)
+			}},
+		},
+		{
 			name: "the ISO read from its URL is accepted: judged again after the download", o: initializing(100<<30, 6<<30, func(o *sequencer.Observation) {
 				o.EarlyRelease = &release.Release{Harvester: "v1.6.0", MinUpgradableVersion: "v1.5.0"}
 			}),

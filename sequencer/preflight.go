@@ -72,7 +72,7 @@ func (d *decider) initialize() {
 			return
 		}
 	}
-	if !d.judgeEarly() || d.awaitMeasures() || !d.judge(d.o.EarlyRelease) {
+	if !d.judgeEarly() || d.refusedBeforeMeasures() || d.awaitMeasures() || !d.judge(d.o.EarlyRelease) {
 		return
 	}
 	warnings := d.preflight()
@@ -103,6 +103,16 @@ func (d *decider) initialize() {
 // judges with what it has, the release's blob index or its archives' sizes for the others.
 const MeasureWait = 30 * time.Second
 
+// refusedBeforeMeasures fails the plan, and reports so, when its policies refuse it for good
+// whatever the agents would measure: the agents are asked to measure (awaitMeasures) only for a
+// plan that may go on.
+func (d *decider) refusedBeforeMeasures() bool {
+	if j := Judge(d.o.Plan, d.judgeFacts(d.o.EarlyRelease)); j.Result.Allowed || j.Result.Transient() {
+		return false
+	}
+	return !d.judge(d.o.EarlyRelease)
+}
+
 // awaitMeasures keeps the plan in Initializing, up to MeasureWait, while an agent of a Ready node
 // of the plan has not measured the Version's ISO; it reports whether it did. Nothing is awaited
 // when the ISO's archives could not be read (there is nothing to measure) or no Version names it.
@@ -125,7 +135,7 @@ func (d *decider) awaitMeasures() bool {
 		return false
 	}
 	slices.Sort(waiting)
-	d.wait("AwaitingNodeMeasures", fmt.Sprintf("waiting up to %s for the agents of %s to measure the release against their containerd", MeasureWait, strings.Join(waiting, ", ")), 0, false)
+	d.wait(v1beta1.ReasonAwaitingNodeMeasures, fmt.Sprintf("waiting up to %s for the agents of %s to measure the release against their containerd", MeasureWait, strings.Join(waiting, ", ")), 0, false)
 	if d.out.RequeueAfter <= 0 || d.out.RequeueAfter > 5*time.Second {
 		d.out.RequeueAfter = 5 * time.Second
 	}

@@ -180,6 +180,12 @@ type SoakStatus struct {
 // phase once done; Succeeded and Failed are final.
 type Phase string
 
+// ReasonAwaitingNodeMeasures is the Progressing condition's reason while the sequencer's
+// pre-flight waits for the agents to measure the plan's release against their containerd (the
+// RepoNodes' status.forecast): the agents measure while a plan says so, and never for a plan its
+// other policies refuse.
+const ReasonAwaitingNodeMeasures = "AwaitingNodeMeasures"
+
 // ReasonFirstNodeFailed is the reason of the failed node's row when the release failed on the
 // plan's first control-plane node with no other node touched: kubeadm restored that node's
 // manifests, so it runs the previous version, and aborting the plan uncordons it.

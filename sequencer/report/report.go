@@ -128,9 +128,10 @@ type Instruction struct {
 	// (status.soak): the agent keeps their ISOs in its cache (getting one it lacks from peers
 	// first) and their images pinned, and cleans no earlier release up while any is listed.
 	Keep []Kept
-	// Judged names the Version of the oldest plan being judged (Initializing, or not started):
-	// its agent measures what the Version's release would add to the node (RepoNode
-	// status.forecast) for the pre-flight; empty when no plan is being judged.
+	// Judged names the Version of the oldest plan whose pre-flight waits for the agents'
+	// measures (Initializing, its Progressing reason v1beta1.ReasonAwaitingNodeMeasures): its
+	// agent measures what the Version's release would add to the node (RepoNode
+	// status.forecast); empty when no plan asks. A plan its other policies refuse never asks.
 	Judged string
 	// CleanFor names the release whose earlier releases the agent cleans up now: the release of
 	// the newest Succeeded plan, once its soak ended (Expired or Finalized) and no plan is in
@@ -187,7 +188,7 @@ func Decide(plans []v1beta1.UpgradePlan, nodeName string) Instruction {
 	var in Instruction
 	in.Keep, in.CleanFor = soaks(plans)
 	for _, p := range plans {
-		if ph := p.Status.Phase; in.Judged == "" && p.Status.Agents == nil && (ph == "" || ph == v1beta1.PhaseInitializing) {
+		if in.Judged == "" && p.Status.Agents == nil && p.Status.Phase == v1beta1.PhaseInitializing && awaitingMeasures(&p) {
 			in.Judged = p.Spec.Version
 		}
 		a := p.Status.Agents
@@ -248,4 +249,15 @@ func soaks(plans []v1beta1.UpgradePlan) ([]Kept, string) {
 		return keep, newest.Spec.Version
 	}
 	return keep, ""
+}
+
+// awaitingMeasures reports whether the sequencer's pre-flight waits for the agents' measures of
+// plan p's release (its Progressing condition's reason ReasonAwaitingNodeMeasures).
+func awaitingMeasures(p *v1beta1.UpgradePlan) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1beta1.ConditionProgressing && c.Status == "True" && c.Reason == v1beta1.ReasonAwaitingNodeMeasures {
+			return true
+		}
+	}
+	return false
 }

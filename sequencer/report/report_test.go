@@ -155,11 +155,12 @@ func TestInstructions(t *testing.T) {
 			want: report.Instruction{Plan: "upgrading", ISOURL: "http://new/iso", ISOChecksum: "new", Held: []string{"new"}, Installed: []string{"old"}},
 		},
 		{
-			name: "the oldest plan being judged names its Version for the node's forecast",
+			name: "the plan whose pre-flight awaits the agents' measures names its Version for the node's forecast",
 			plans: []client.Object{
 				func() client.Object {
 					p := plan("judged", newer, nil)
 					p.Status.Phase = v1beta1.PhaseInitializing
+					p.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1beta1.ReasonAwaitingNodeMeasures}}
 					p.Spec.Version = "v1.6.0"
 					return p
 				}(),
@@ -167,7 +168,20 @@ func TestInstructions(t *testing.T) {
 				plan("holding", old, &v1beta1.AgentInstructions{ISOURL: "http://old/iso", ISOChecksum: "old", Hold: true}),
 			},
 			node: "n1",
-			want: report.Instruction{Plan: "holding", ISOURL: "http://old/iso", ISOChecksum: "old", Held: []string{"old"}, Judged: "v1.5.2"},
+			want: report.Instruction{Plan: "holding", ISOURL: "http://old/iso", ISOChecksum: "old", Held: []string{"old"}, Judged: "v1.6.0"},
+		},
+		{
+			name: "a plan being judged that does not await measures (a refused one, say) asks for none",
+			plans: []client.Object{
+				func() client.Object {
+					p := plan("refused", old, nil)
+					p.Status.Phase = v1beta1.PhaseInitializing
+					p.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: "PolicyCheckPending"}}
+					return p
+				}(),
+			},
+			node: "n1",
+			want: report.Instruction{},
 		},
 		{
 			name: "oldest holding plan wins and preload allowed",
