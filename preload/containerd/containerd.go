@@ -254,13 +254,9 @@ func (s *Store) classifyWrite(ctx context.Context, err error) error {
 // complete manifest (archives hold one platform of a multi-platform image).
 func (s *Store) Missing(ctx context.Context, refs []string) ([]string, error) {
 	ctx = s.nsctx(ctx)
-	imgs, err := s.client.ImageService().List(ctx)
+	byName, err := s.targets(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list images: %w", classify(err))
-	}
-	byName := make(map[string]ocispec.Descriptor, len(imgs))
-	for _, img := range imgs {
-		byName[img.Name] = img.Target
+		return nil, err
 	}
 	c := &checker{cs: s.client.ContentStore(), known: map[digest.Digest]bool{}}
 	var missing []string
@@ -278,12 +274,8 @@ func (s *Store) Missing(ctx context.Context, refs []string) ([]string, error) {
 	return missing, nil
 }
 
-var _ preload.DigestReader = (*Store)(nil)
-
-// Held implements preload.DigestReader: for each of refs present with complete content (as
-// Missing judges it), the digest its name points to and the configs of its complete manifests.
-func (s *Store) Held(ctx context.Context, refs []string) ([]preload.Held, error) {
-	ctx = s.nsctx(ctx)
+// targets maps every image name of the namespace in ctx to the descriptor it points to.
+func (s *Store) targets(ctx context.Context) (map[string]ocispec.Descriptor, error) {
 	imgs, err := s.client.ImageService().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", classify(err))
@@ -291,6 +283,19 @@ func (s *Store) Held(ctx context.Context, refs []string) ([]preload.Held, error)
 	byName := make(map[string]ocispec.Descriptor, len(imgs))
 	for _, img := range imgs {
 		byName[img.Name] = img.Target
+	}
+	return byName, nil
+}
+
+var _ preload.DigestReader = (*Store)(nil)
+
+// Held implements preload.DigestReader: for each of refs present with complete content (as
+// Missing judges it), the digest its name points to and the configs of its complete manifests.
+func (s *Store) Held(ctx context.Context, refs []string) ([]preload.Held, error) {
+	ctx = s.nsctx(ctx)
+	byName, err := s.targets(ctx)
+	if err != nil {
+		return nil, err
 	}
 	c := &checker{cs: s.client.ContentStore(), known: map[digest.Digest]bool{}}
 	var out []preload.Held
