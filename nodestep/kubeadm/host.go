@@ -113,3 +113,27 @@ func (c KubeCluster) ControlPlaneVersion(ctx context.Context) (string, error) {
 	}
 	return cfg.KubernetesVersion, nil
 }
+
+// ControlPlanePods implements Cluster.
+func (c KubeCluster) ControlPlanePods(ctx context.Context, node string) ([]PodReadiness, error) {
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+		LabelSelector: "tier=control-plane", FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the control-plane pods of node %s: %w", node, err)
+	}
+	var out []PodReadiness
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		r := PodReadiness{Name: p.Name}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				r.Ready, r.Since = c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

@@ -68,6 +68,19 @@ type Cluster interface {
 	// ControlPlaneVersion is the Kubernetes version of the cluster's control plane as kubeadm
 	// records it (kubeadm-config's ClusterConfiguration.kubernetesVersion).
 	ControlPlaneVersion(ctx context.Context) (string, error)
+	// ControlPlanePods are the control-plane pods of the node named node (kube-system, label
+	// tier=control-plane: kubeadm's static pods as their mirror pods show them).
+	ControlPlanePods(ctx context.Context, node string) ([]PodReadiness, error)
+}
+
+// PodReadiness is a pod's Ready condition.
+type PodReadiness struct {
+	// Name is the pod's name.
+	Name string
+	// Ready is its Ready condition.
+	Ready bool
+	// Since is when that condition last changed.
+	Since time.Time
 }
 
 // ErrRefused is returned, before anything changed, for an upgrade the version-skew rules forbid.
@@ -107,6 +120,9 @@ type Step struct {
 	ReadyTimeout time.Duration
 	// Poll is the interval of that wait and of the API retries (default 2s).
 	Poll time.Duration
+
+	// staleGrace replaces staleReadyGrace in tests.
+	staleGrace time.Duration
 }
 
 // Action is what a node needs.
@@ -294,6 +310,7 @@ func (s *Step) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	restarted := time.Now()
 	for _, args := range [][]string{{"daemon-reload"}, {"restart", "kubelet"}} {
 		if _, err := s.Host.Run(ctx, "systemctl", args...); err != nil {
 			return fmt.Errorf("systemctl %s: %w", strings.Join(args, " "), err)
@@ -302,6 +319,11 @@ func (s *Step) Run(ctx context.Context) error {
 	log.Info("kubelet restarted")
 	if err := s.waitNode(ctx); err != nil {
 		return err
+	}
+	if f.IsControlPlane {
+		if err := s.waitControlPlanePods(ctx, log, restarted); err != nil {
+			return err
+		}
 	}
 	if f.IsControlPlane && s.Etcd != nil {
 		if err := s.waitEtcd(ctx, log, "after the upgrade"); err != nil {
@@ -514,6 +536,69 @@ func (s *Step) waitNode(ctx context.Context) error {
 				return fmt.Errorf("node %s not Ready at kubelet %s after %s: %w", s.Node, s.Target, s.ReadyTimeout, lastErr)
 			}
 			return fmt.Errorf("node %s not Ready at kubelet %s after %s: it reports kubelet %s, ready=%t", s.Node, s.Target, s.ReadyTimeout, last.KubeletVersion, last.Ready)
+		case <-time.After(s.Poll):
+		}
+	}
+}
+
+// staleReadyGrace is how long a control-plane pod that reads Ready, but has not changed since
+// the kubelet restarted, is taken for the kubelet's earlier word before it is believed.
+const staleReadyGrace = 20 * time.Second
+
+// waitControlPlanePods waits, on a control-plane node, for each of its control-plane pods to be
+// Ready as the restarted kubelet reports it: the node is whole again only then, and the next
+// node's upgrade must not begin while this one's API server or etcd is not serving. A kubelet
+// that restarts marks its pods not Ready until their probes pass again (kubeadm's start after
+// 10 s), and may not have said so yet when the node reads Ready: a pod is taken as Ready when its
+// Ready condition changed at or after restarted, or when it has read Ready, unchanged, for
+// staleReadyGrace.
+func (s *Step) waitControlPlanePods(ctx context.Context, log *slog.Logger, restarted time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, s.ReadyTimeout)
+	defer cancel()
+	restarted = restarted.Truncate(time.Second) // condition times are whole seconds
+	grace := staleReadyGrace
+	if s.staleGrace > 0 {
+		grace = s.staleGrace
+	}
+	firstReady := map[string]time.Time{}
+	last := ""
+	for {
+		pods, err := s.Cluster.ControlPlanePods(ctx, s.Node)
+		var waiting []string
+		if err == nil {
+			now := time.Now()
+			for _, p := range pods {
+				switch {
+				case !p.Ready:
+					delete(firstReady, p.Name)
+					waiting = append(waiting, p.Name)
+				case !p.Since.Before(restarted):
+				default:
+					if _, ok := firstReady[p.Name]; !ok {
+						firstReady[p.Name] = now
+					}
+					if now.Sub(firstReady[p.Name]) < grace {
+						waiting = append(waiting, p.Name)
+					}
+				}
+			}
+			if len(waiting) == 0 {
+				log.Info("control-plane pods Ready", "pods", len(pods), "seconds", time.Since(restarted).Seconds())
+				return nil
+			}
+		}
+		reading := "control-plane pods " + strings.Join(waiting, ", ") + " to be Ready"
+		if err != nil {
+			reading = "control-plane pods: " + err.Error()
+		}
+		if reading != last {
+			log.Info("waiting", "for", reading)
+			s.Report.Report(ctx, nodestep.KubernetesUpgrading, "kubelet "+s.Target+", waiting for "+reading)
+			last = reading
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s: not whole after %s: waited for %s", s.Node, s.ReadyTimeout, strings.TrimPrefix(reading, "control-plane pods: "))
 		case <-time.After(s.Poll):
 		}
 	}

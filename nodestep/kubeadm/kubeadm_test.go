@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -134,6 +135,19 @@ func release(t *testing.T, files map[string]string, sums string) (*httptest.Serv
 	return srv, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), stages...) }
 }
 
+// controlPlanePod is node's kube-apiserver mirror pod, Ready or not since now.
+func controlPlanePod(node string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-apiserver-" + node, Labels: map[string]string{"tier": "control-plane"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}},
+	}
+}
+
 func node(name, kubelet string, ready bool) *corev1.Node {
 	st := corev1.ConditionFalse
 	if ready {
@@ -216,11 +230,14 @@ func TestStepRun(t *testing.T) {
 				require.NoError(t, os.WriteFile(filepath.Join(root, "etc/kubernetes/manifests/kube-apiserver.yaml"),
 					[]byte("spec:\n  containers:\n  - image: registry.k8s.io/kube-apiserver:"+tt.cp+"\n"), 0o600))
 			}
-			cs := fake.NewClientset(node("n1", tt.kubelet, true), kubeadmConfig(tt.cp))
+			// Another node's control-plane pod, not Ready, is not this node's to wait for.
+			cs := fake.NewClientset(node("n1", tt.kubelet, true), kubeadmConfig(tt.cp), controlPlanePod("n2", false))
 			host := &fakeHost{kubeadm: "v1.34.4", fail: tt.hostFail, failOut: tt.hostOut}
 			host.onReboot = func() {
 				n := node("n1", "v1.34.4", true)
 				_, err := cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+				assert.NoError(t, err)
+				_, err = cs.CoreV1().Pods("kube-system").Create(context.Background(), controlPlanePod("n1", true), metav1.CreateOptions{})
 				assert.NoError(t, err)
 			}
 			srv, stages := release(t, files, sums.String())
@@ -228,7 +245,7 @@ func TestStepRun(t *testing.T) {
 			s := &Step{
 				Node: "n1", Target: "v1.34.4", Force: tt.force, Root: root, Host: host, Cluster: KubeCluster{Client: cs},
 				Fetch:  &nodestep.Fetcher{RepoURL: srv.URL, Attempts: 1},
-				Report: &nodestep.Reporter{RepoURL: srv.URL, Plan: "p", Log: log}, Log: log, Poll: 10e6,
+				Report: &nodestep.Reporter{RepoURL: srv.URL, Plan: "p", Log: log}, Log: log, Poll: 10e6, ReadyTimeout: 5 * time.Second,
 			}
 			err := s.Run(t.Context())
 			if tt.wantErr != "" {
@@ -310,6 +327,113 @@ func TestApplyFailure(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			assert.Equal(t, tt.want, ApplyFailure([]byte(tt.out)))
+		})
+	}
+}
+
+// podsCluster answers ControlPlanePods from a list of readings, one a call, the last repeated.
+type podsCluster struct {
+	Cluster
+	mu       sync.Mutex
+	readings []podsReading
+	calls    int
+}
+
+type podsReading struct {
+	pods []PodReadiness
+	err  error
+}
+
+func (c *podsCluster) ControlPlanePods(context.Context, string) ([]PodReadiness, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.readings[min(c.calls, len(c.readings)-1)]
+	c.calls++
+	return r.pods, r.err
+}
+
+func TestWaitControlPlanePods(t *testing.T) {
+	t.Parallel()
+	restarted := time.Now().Add(-time.Minute)
+	before, after := restarted.Add(-time.Hour), restarted.Add(time.Second)
+	api := func(ready bool, since time.Time) PodReadiness {
+		return PodReadiness{Name: "kube-apiserver-n1", Ready: ready, Since: since}
+	}
+	etcd := func(ready bool, since time.Time) PodReadiness {
+		return PodReadiness{Name: "etcd-n1", Ready: ready, Since: since}
+	}
+	tests := []struct {
+		name      string
+		readings  []podsReading
+		wantErr   string
+		wantCalls int // at least
+		wantWait  string
+	}{
+		{name: "no control-plane pods: nothing to wait for", readings: []podsReading{{}}, wantCalls: 1},
+		{name: "Ready since the restart", readings: []podsReading{{pods: []PodReadiness{api(true, after), etcd(true, after)}}}, wantCalls: 1},
+		{
+			name: "not Ready after the restart, then Ready",
+			readings: []podsReading{
+				{pods: []PodReadiness{api(false, after), etcd(true, after)}},
+				{pods: []PodReadiness{api(false, after), etcd(true, after)}},
+				{pods: []PodReadiness{api(true, after), etcd(true, after)}},
+			},
+			wantCalls: 3, wantWait: "kube-apiserver-n1 to be Ready",
+		},
+		{
+			name: "the kubelet's word from before the restart is not believed at once",
+			readings: []podsReading{
+				{pods: []PodReadiness{api(true, before)}},
+				{pods: []PodReadiness{api(false, after)}},
+				{pods: []PodReadiness{api(true, after)}},
+			},
+			wantCalls: 3, wantWait: "kube-apiserver-n1 to be Ready",
+		},
+		{
+			name: "Ready, unchanged since before the restart, believed after the grace",
+			readings: []podsReading{{pods: []PodReadiness{api(true, before)}}},
+			wantCalls: 3, wantWait: "kube-apiserver-n1 to be Ready",
+		},
+		{
+			name: "the API server not answering, then Ready",
+			readings: []podsReading{
+				{err: errors.New("connection refused")},
+				{pods: []PodReadiness{api(true, after)}},
+			},
+			wantCalls: 2, wantWait: "connection refused",
+		},
+		{
+			name:     "never Ready: the pods named",
+			readings: []podsReading{{pods: []PodReadiness{api(true, after), etcd(false, after)}}},
+			wantErr:  "node n1: not whole after 300ms: waited for control-plane pods etcd-n1 to be Ready",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := &podsCluster{readings: tt.readings}
+			srv, stages := release(t, nil, "")
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			s := &Step{
+				Node: "n1", Target: "v1.34.4", Cluster: c, Log: log, Poll: 10 * time.Millisecond, ReadyTimeout: 300 * time.Millisecond,
+				Report: &nodestep.Reporter{RepoURL: srv.URL, Plan: "p", Log: log}, staleGrace: 25 * time.Millisecond,
+			}
+			err := s.waitControlPlanePods(t.Context(), log, restarted)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Equal(t, tt.wantErr, err.Error())
+				return
+			}
+			require.NoError(t, err)
+			c.mu.Lock()
+			assert.GreaterOrEqual(t, c.calls, tt.wantCalls)
+			c.mu.Unlock()
+			reported := strings.Join(stages(), "\n")
+			if tt.wantWait == "" {
+				assert.Empty(t, reported, "nothing waited for, nothing reported")
+			} else {
+				assert.Contains(t, reported, tt.wantWait)
+			}
 		})
 	}
 }
