@@ -430,8 +430,12 @@ type UpgradePlanStatus struct {
 	// PhaseTransitionTimestamps records when each phase was entered, in order.
 	// +optional
 	PhaseTransitionTimestamps []PhaseTransitionTimestamp `json:"phaseTransitionTimestamps,omitempty"`
-	// NodeUpgradeStatuses holds each node's state, keyed by node name.
+	// NodeUpgradeStatuses holds each node's state, keyed by node name. The sequencer alone
+	// writes it: the map is one field for the API server's field management (atomic), so that
+	// the plan's managedFields do not list every node's every field (a third of the plan, at
+	// 1,000 nodes, that each write made the API server recompute and each watch event carried).
 	// +optional
+	// +mapType=atomic
 	NodeUpgradeStatuses map[string]NodeUpgradeStatus `json:"nodeUpgradeStatuses,omitempty"`
 	// PreviousVersion is the version installed when the plan started.
 	// +optional
