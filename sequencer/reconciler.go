@@ -255,6 +255,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// with that in the observation. Decide is pure and its actions idempotent, so the
 		// second decision asks for the same actions, which have been applied.
 		d = Decide(r.cfg, obs)
+	} else {
+		d = r.chain(ctx, &plan, obs, d)
 	}
 	if err := r.syncCompat(ctx, &plan, d.Status.Phase); err != nil {
 		log.Error("publish the repo for the product's scripts", "err", err)
