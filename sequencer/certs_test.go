@@ -132,9 +132,10 @@ func TestJudgeCertificateWindow(t *testing.T) {
 		passed  bool
 		message string
 	}{
+		// The steps assumed: 4m the control plane, 1m the worker.
 		{name: "no earlier plan: the node steps assumed, a day", passed: true,
 			message: "the first to expire, etcd's serving certificate on node cp-a (CN cp-a), expires 2026-05-02T18:00:00Z, " +
-				"after the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 10m0s)"},
+				"after the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 5m0s)"},
 		{name: "an earlier plan's long node steps: twice the estimate", plans: []v1beta1.UpgradePlan{earlier},
 			message: "etcd's serving certificate on node cp-a (CN cp-a) expires 2026-05-02T18:00:00Z (in 30h0m0s; kubeadm renews it as it upgrades " +
 				"that node, which may be after it expires): within the plan's window of 40h0m0s (twice the plan's estimate of 20h0m0s); " +
