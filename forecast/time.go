@@ -73,6 +73,18 @@ func (c NodeClass) String() string {
 	return s
 }
 
+// plural names the nodes of class c.
+func (c NodeClass) plural() string {
+	s := "other nodes"
+	if c.ControlPlane {
+		s = "control planes"
+	}
+	if c.Unchanged {
+		s += " at the target"
+	}
+	return s
+}
+
 // NodeStep is how long one node's upgrade took, cordon to upgraded.
 type NodeStep struct {
 	// Class is what the upgrade did.
@@ -428,7 +440,7 @@ func nodePhase(in TimeInput, current bool) (PhaseTime, []NodeTime) {
 	for _, n := range in.OthersLeft {
 		count(n, false)
 	}
-	var assumed []string
+	var assumed, known []string
 	for _, c := range order {
 		ct := classes[c]
 		pt.Classes = append(pt.Classes, *ct)
@@ -438,6 +450,8 @@ func nodePhase(in TimeInput, current bool) (PhaseTime, []NodeTime) {
 		}
 		if ct.Basis == BasisAssumed {
 			assumed = append(assumed, fmt.Sprintf("%s for each %s", ct.Step, c))
+		} else {
+			known = append(known, fmt.Sprintf("%s: %s from %s", c.plural(), ct.Step, ct.Basis))
 		}
 	}
 	if len(order) == 0 {
@@ -448,7 +462,11 @@ func nodePhase(in TimeInput, current bool) (PhaseTime, []NodeTime) {
 		return PhaseTime{Phase: in.NodePhase, Basis: BasisUnknown, Classes: pt.Classes}, nil
 	}
 	if len(assumed) > 0 {
-		pt.Assumption = fmt.Sprintf("%s; control planes one at a time, the others %d at a time", strings.Join(assumed, ", "), max(in.Concurrency, 1))
+		pt.Assumption = strings.Join(assumed, ", ")
+		if len(known) > 0 {
+			pt.Assumption += " (" + strings.Join(known, ", ") + ")"
+		}
+		pt.Assumption += fmt.Sprintf("; control planes one at a time, the others %d at a time", max(in.Concurrency, 1))
 	}
 	left := func(n string, cp bool) time.Duration {
 		step := classes[classOf(n, cp)].Step

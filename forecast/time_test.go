@@ -105,7 +105,7 @@ func TestTime(t *testing.T) {
 			want: []PhaseTime{{Phase: "Nodes", Remaining: 55 * time.Second, Basis: BasisAssumed, Samples: 1, NodeStep: 15 * time.Second,
 				Classes: []ClassTime{{NodeClass: NodeClass{ControlPlane: true, Unchanged: true}, Nodes: 1, Step: 15 * time.Second, Basis: BasisThisPlan, Samples: 1},
 					{NodeClass: NodeClass{Unchanged: true}, Nodes: 2, Step: 20 * time.Second, Basis: BasisAssumed}},
-				Assumption: "20s for each other node at the target; control planes one at a time, the others 1 at a time"}},
+				Assumption: "20s for each other node at the target (control planes at the target: 15s from this plan); control planes one at a time, the others 1 at a time"}},
 			nodes: []NodeTime{{"cp2", 15 * time.Second}, {"w1", 35 * time.Second}, {"w2", 55 * time.Second}},
 			total: 55 * time.Second, assumed: true},
 		{name: "a phase with nothing to do: not from the history of phases that moved bytes", in: TimeInput{Phases: []string{"Preload", "Cleanup"}, History: past,
