@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
@@ -104,6 +106,31 @@ func CheckSource(src string) (remote bool, err error) {
 // Open reads the release in the ISO at src: an http(s) URL, read through Range requests with hc,
 // or a local file (CheckSource says which, and what is wrong with src). Errors name src redacted.
 func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.ReaderOption) (*Contents, error) {
+	return open(ctx, hc, src, FromFS, opts...)
+}
+
+// OpenBlobs is Open for what a node's measure of the release needs (BlobsFromFS): the release,
+// and each archive's images and blobs from the blob index, no archive's own bytes. Against a
+// remote ISO it reads the volume's directories, the release's metadata, the bundle's and the
+// index, not the headers of the archives nor the image lists of those the index names, and in
+// blocks of blobsBlock, blobsWindow at most a miss (opts may say otherwise): the files it reads
+// are small and lie apart, and Open's read-ahead of 256 KiB past each is mostly other files'
+// bytes. Every node of a cluster makes this read against the origin.
+func OpenBlobs(ctx context.Context, hc *http.Client, src string, opts ...httprange.ReaderOption) (*Contents, error) {
+	opts = append([]httprange.ReaderOption{httprange.WithBlocks(blobsBlock, blobsWindow, blobsKeep)}, opts...)
+	return open(ctx, hc, src, BlobsFromFS, opts...)
+}
+
+// The blocks of OpenBlobs' reads: 32 KiB, two at most a miss, 4 MiB kept.
+const (
+	blobsBlock  = 32 << 10
+	blobsWindow = 2
+	blobsKeep   = 128
+)
+
+// open reads the ISO at src (Open) with read, FromFS or BlobsFromFS.
+func open(ctx context.Context, hc *http.Client, src string, read func(fs.FS, int64) (*Contents, error),
+	opts ...httprange.ReaderOption) (*Contents, error) {
 	remote, err := CheckSource(src)
 	if err != nil {
 		return nil, err
@@ -114,7 +141,7 @@ func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.Re
 			return nil, fmt.Errorf("ISO %s: %w", redact.URL(src), err)
 		}
 		defer r.Close()
-		c, err := Read(r, r.Size())
+		c, err := readISO(r, r.Size(), read)
 		if c != nil {
 			c.Requests, c.Bytes = r.Stats()
 		}
@@ -132,7 +159,7 @@ func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.Re
 	if err != nil {
 		return nil, err
 	}
-	c, err := Read(f, st.Size())
+	c, err := readISO(f, st.Size(), read)
 	if err != nil {
 		return nil, fmt.Errorf("ISO %s: %w", src, err)
 	}
@@ -141,15 +168,34 @@ func Open(ctx context.Context, hc *http.Client, src string, opts ...httprange.Re
 
 // Read reads the release in the ISO image r of size bytes.
 func Read(r io.ReaderAt, size int64) (*Contents, error) {
+	return readISO(r, size, FromFS)
+}
+
+// readISO reads the release in the ISO image r of size bytes with read.
+func readISO(r io.ReaderAt, size int64, read func(fs.FS, int64) (*Contents, error)) (*Contents, error) {
 	fsys, err := iso.Open(r, size)
 	if err != nil {
 		return nil, err
 	}
-	return FromFS(fsys, size)
+	return read(fsys, size)
 }
 
 // FromFS reads the release in the file system of an ISO (or of an extracted tree) of size bytes.
 func FromFS(fsys fs.FS, size int64) (*Contents, error) {
+	return fromFS(fsys, size, false)
+}
+
+// BlobsFromFS is FromFS for a measure of the release's blobs: an archive the blob index names
+// takes its images from the index (sorted) rather than from its image list, and no archive's
+// TarBytes is read (the first bytes of each archive, a range of their own against a remote
+// ISO). An archive the index does not name has its image list read and no Blobs. Without an
+// index (or with one that does not parse) it is FromFS.
+func BlobsFromFS(fsys fs.FS, size int64) (*Contents, error) {
+	return fromFS(fsys, size, true)
+}
+
+// fromFS is FromFS, or BlobsFromFS when lean.
+func fromFS(fsys fs.FS, size int64, lean bool) (*Contents, error) {
 	rel, err := release.LoadRelease(fsys)
 	if err != nil {
 		return nil, err
@@ -165,19 +211,24 @@ func FromFS(fsys fs.FS, size int64) (*Contents, error) {
 	// The blob index is optional: without it, or unreadable, the archives are only estimated.
 	blobs, err := release.LoadBlobs(fsys)
 	if err != nil {
-		blobs = nil
+		blobs, lean = nil, false
 	}
 	for _, a := range b.Archives {
-		refs, err := release.LoadImageList(fsys, a)
-		if err != nil {
+		ar := Archive{Archive: a, Blobs: archiveBlobs(blobs, a.Archive)}
+		if lean && ar.Blobs != nil {
+			ar.Images = slices.Sorted(maps.Keys(ar.Blobs))
+		} else if ar.Images, err = release.LoadImageList(fsys, a); err != nil {
 			return c, err
 		}
 		st, err := fs.Stat(fsys, a.Archive)
 		if err != nil {
 			return c, fmt.Errorf("archive %s: %w", a.Archive, err)
 		}
-		c.Archives = append(c.Archives, Archive{Archive: a, Images: refs, Size: st.Size(), TarBytes: tarBytes(fsys, a.Archive, st.Size()),
-			Blobs: archiveBlobs(blobs, a.Archive)})
+		ar.Size = st.Size()
+		if !lean {
+			ar.TarBytes = tarBytes(fsys, a.Archive, st.Size())
+		}
+		c.Archives = append(c.Archives, ar)
 	}
 	return c, nil
 }

@@ -1,11 +1,14 @@
 package isorelease_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -126,4 +129,102 @@ func TestCheckSource(t *testing.T) {
 			require.ErrorContains(t, err, tc.want, "Open says the same")
 		})
 	}
+}
+
+// indexedISO builds a release ISO of three archives of 1 MiB, each named by the blob index (or
+// none, without index), as `release pack` lays them out.
+func indexedISO(t *testing.T, index bool) string {
+	t.Helper()
+	isotest.RequireXorriso(t)
+	src := t.TempDir()
+	files := map[string]string{
+		"harvester-release.yaml": "harvester: v1.6.0\nminUpgradableVersion: v1.5.0\nkubernetes: v1.34.1\n",
+		"bundle/metadata.yaml":   "images:\n",
+	}
+	var entries []string
+	for _, g := range []string{"common", "rke2", "extra"} {
+		files["bundle/metadata.yaml"] += fmt.Sprintf("  %s:\n  - list: harvester/images-lists/%s.txt\n    archive: harvester/images/%s.tar.zst\n", g, g, g)
+		files["bundle/harvester/images-lists/"+g+".txt"] = fmt.Sprintf("docker.io/library/%s-a:v1\ndocker.io/library/%s-b:v1\n", g, g)
+		files["bundle/harvester/images/"+g+".tar.zst"] = strings.Repeat(g[:1], 1<<20)
+		entries = append(entries, fmt.Sprintf(`{"archive":"bundle/harvester/images/%s.tar.zst","images":{`+
+			`"docker.io/library/%s-a:v1":["sha256:%sa","sha256:base"],"docker.io/library/%s-b:v1":["sha256:%sb","sha256:base"]}}`, g, g, g, g, g))
+	}
+	if index {
+		sizes := `"sha256:base":{"size":1000,"unpacked":3000}`
+		for _, g := range []string{"common", "rke2", "extra"} {
+			sizes += fmt.Sprintf(`,"sha256:%sa":{"size":10},"sha256:%sb":{"size":20}`, g, g)
+		}
+		files[release.BlobsFile] = `{"archives":[` + strings.Join(entries, ",") + `],"sizes":{` + sizes + `}}`
+	}
+	for p, body := range files {
+		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte(body), 0o644))
+	}
+	return isotest.Build(t, src)
+}
+
+// OpenBlobs reads the release's metadata and its blob index, not the archives' headers nor the
+// image lists the index makes needless; without an index it reads what Open reads. The bytes are
+// counted as the origin served them.
+func TestOpenBlobsReads(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		index bool
+	}{
+		{name: "with a blob index", index: true},
+		{name: "without a blob index", index: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := indexedISO(t, tt.index)
+			// read opens the ISO with open from a server of its own, closed (its handlers
+			// returned) before the bytes it served are counted.
+			read := func(open func(context.Context, *http.Client, string, ...httprange.ReaderOption) (*isorelease.Contents, error)) (*isorelease.Contents, int64, int64) {
+				var served, requests atomic.Int64
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					requests.Add(1)
+					http.ServeFile(countingWriter{w, &served}, r, path)
+				}))
+				c, err := open(t.Context(), srv.Client(), srv.URL+"/release.iso")
+				srv.Close()
+				require.NoError(t, err)
+				require.Equal(t, served.Load(), c.Bytes, "the reader counts what the origin served")
+				return c, served.Load(), requests.Load()
+			}
+			full, fullBytes, fullReqs := read(isorelease.Open)
+			lean, leanBytes, leanReqs := read(isorelease.OpenBlobs)
+			t.Logf("Open: %d bytes in %d requests; OpenBlobs: %d bytes in %d requests", fullBytes, fullReqs, leanBytes, leanReqs)
+			require.Equal(t, full.Release, lean.Release)
+			require.Len(t, lean.Archives, 3)
+			for i, a := range lean.Archives {
+				require.ElementsMatch(t, full.Archives[i].Images, a.Images, a.Archive.Archive)
+				require.Equal(t, full.Archives[i].Blobs, a.Blobs)
+				require.Equal(t, full.Archives[i].Size, a.Size)
+				require.Zero(t, a.TarBytes, "no archive header read")
+			}
+			if !tt.index {
+				require.Nil(t, lean.Archives[0].Blobs)
+				require.Equal(t, full.Archives, lean.Archives, "without an index, what Open reads")
+				return
+			}
+			require.Len(t, lean.Archives[0].Blobs, 2)
+			// Open reads a window of 256 KiB at each of the three archives' headers for their
+			// first 18 bytes; OpenBlobs none of them, and its misses fetch 64 KiB, not 256.
+			require.LessOrEqual(t, leanBytes, fullBytes/4)
+		})
+	}
+}
+
+// countingWriter counts the body bytes written through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n.Add(int64(n))
+	return n, err
 }

@@ -152,10 +152,11 @@ type NodeEstimate struct {
 
 // Line says the estimate in one line: the time left, the end, and what each part rests on:
 // measured (this plan's rates and finished nodes), from history, assumed (with what was
-// assumed), and the phases with nothing to go on, which make the time a lower bound.
+// assumed), the phases with nothing to do (a few seconds assumed), and the phases with nothing
+// to go on, which make the time a lower bound.
 func (e *Estimate) Line() string {
 	left := (time.Duration(e.RemainingSeconds) * time.Second).String()
-	var measured, past, assumed, unknown []string
+	var measured, past, assumed, idle, unknown []string
 	for _, ph := range e.Phases {
 		switch ph.Basis {
 		case "unknown":
@@ -168,6 +169,8 @@ func (e *Estimate) Line() string {
 			past = append(past, ph.Phase)
 		case "assumed":
 			assumed = append(assumed, fmt.Sprintf("%s (%s)", ph.Phase, ph.Assumption))
+		case "nothing to do":
+			idle = append(idle, ph.Phase)
 		default:
 			past = append(past, ph.Phase+" ("+ph.Basis+")")
 		}
@@ -186,7 +189,7 @@ func (e *Estimate) Line() string {
 	for _, g := range []struct {
 		label string
 		what  []string
-	}{{"measured: ", measured}, {"from history: ", past}, {"assumed: ", assumed}, {"nothing to go on yet for ", unknown}} {
+	}{{"measured: ", measured}, {"from history: ", past}, {"assumed: ", assumed}, {"nothing to do: ", idle}, {"nothing to go on yet for ", unknown}} {
 		if len(g.what) > 0 {
 			parts = append(parts, g.label+strings.Join(g.what, ", "))
 		}

@@ -537,6 +537,14 @@ func TestEstimateLine(t *testing.T) {
 		{name: "a node time measured on this plan", e: Estimate{RemainingSeconds: 240, EndTime: end, Phases: []PhaseEstimate{
 			{Phase: "NodeUpgrading", Basis: "this plan", NodeSeconds: 120}, {Phase: "CleaningUp", Basis: "history"}}},
 			want: "in about 4m0s, near 11:30 UTC; measured: NodeUpgrading at 2m0s a node; from history: CleaningUp"},
+		{name: "a second plan to the release the cluster runs: phases with nothing to do said apart", e: Estimate{RemainingSeconds: 105, EndTime: end, Assumed: true,
+			Phases: []PhaseEstimate{
+				{Phase: "ImagePreloading", Basis: "nothing to do", RemainingSeconds: 10, Assumption: "nothing to do (every node holds the release's images): 10s"},
+				{Phase: "ClusterUpgrading", Basis: "nothing to do", RemainingSeconds: 10},
+				{Phase: "NodeUpgrading", Basis: "assumed", RemainingSeconds: 80, NodeSeconds: 20, Assumption: "20s for each control plane at the target, 20s for each other node at the target; control planes one at a time, the others 1 at a time"},
+				{Phase: "CleaningUp", Basis: "history", RemainingSeconds: 5}}},
+			want: "in about 1m45s, near 11:30 UTC; from history: CleaningUp; assumed: NodeUpgrading (20s for each control plane at the target, 20s for each other node at the target; " +
+				"control planes one at a time, the others 1 at a time); nothing to do: ImagePreloading, ClusterUpgrading"},
 		{name: "nothing to go on", e: Estimate{EndTime: end, First: true, Partial: true, Phases: []PhaseEstimate{{Phase: "NodeUpgrading", Basis: "unknown"}}},
 			want: "not known yet: nothing to go on for NodeUpgrading; a first estimate: the cluster recorded no earlier plan"},
 	}

@@ -133,9 +133,20 @@ func preflightChecks(in Input) []Check {
 	return out
 }
 
+// ClientCertificatesUnchecked says which control-plane certificates CertificateExpiry does not
+// check, and why: those a control plane presents as a client, which no TLS handshake with it
+// shows. kubeadm issues them with the serving certificates of the same node (init, join, certs
+// renew) and `kubeadm upgrade` renews them together, so the serving certificates' expiry stands
+// for theirs, unless one was renewed alone.
+const ClientCertificatesUnchecked = "not checked: kubeadm's client certificates (front-proxy-client, apiserver-kubelet-client, " +
+	"apiserver-etcd-client, etcd-healthcheck-client, the kubeconfigs'), which no TLS handshake shows; " +
+	"kubeadm upgrade renews them with the serving certificates"
+
 func certificates(p Preflight) Check {
 	c := Check{Name: CheckCertificateExpiry, Transient: true,
-		Description: "no control-plane certificate expires within the plan's window (twice its estimated duration, at least 24h)"}
+		Description: "no control-plane serving certificate (the API server's, etcd's for clients and for peers, the kubelet's, " +
+			"the scheduler's and the controller manager's, as a TLS handshake with each control plane shows it) expires within " +
+			"the plan's window (twice its estimated duration, at least 24h); client certificates are not seen, and not checked"}
 	if len(p.Certificates) == 0 {
 		return result(c, true, "not checked: "+orDefault(p.CertificatesNote, "no control-plane certificate was read"), "")
 	}
@@ -164,6 +175,7 @@ func certificates(p Preflight) Check {
 	if p.CertificatesNote != "" {
 		pass += "; " + p.CertificatesNote
 	}
+	pass += "; " + ClientCertificatesUnchecked
 	// The upgrade renews some only as it reaches their node: one that expires before then stops
 	// the control plane mid-upgrade, so they are renewed before it starts too.
 	var how []string
@@ -178,6 +190,7 @@ func certificates(p Preflight) Check {
 	if p.CertificatesNote != "" {
 		fail += "; " + p.CertificatesNote
 	}
+	fail += "; " + ClientCertificatesUnchecked
 	return result(c, len(expiring) == 0, pass, fail)
 }
 

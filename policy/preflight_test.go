@@ -41,21 +41,21 @@ func TestPreflightChecks(t *testing.T) {
 				{Node: "cp-a", Component: "kube-apiserver", CommonName: "kube-apiserver", NotAfter: now.Add(61 * time.Hour), Renewal: policy.RenewedByKubeadm}},
 				CertificatesNote: "kube-scheduler (:10259) on cp-a, cp-b: refused, skipped"},
 			message: "the first to expire, kube-apiserver's serving certificate on node cp-a (CN kube-apiserver), expires 2026-05-04T01:00:00Z, " +
-				"after the plan's window of 60h0m0s (twice the plan's estimate of 30h0m0s); kube-scheduler (:10259) on cp-a, cp-b: refused, skipped"},
+				"after the plan's window of 60h0m0s (twice the plan's estimate of 30h0m0s); kube-scheduler (:10259) on cp-a, cp-b: refused, skipped; " + policy.ClientCertificatesUnchecked},
 		{name: "a short estimate still checks a day", check: policy.CheckCertificateExpiry, want: fail, transient: true,
 			pre: policy.Preflight{Now: now, Estimate: 90 * time.Minute, Certificates: []policy.Certificate{
 				{Node: "cp-a", Component: "etcd", CommonName: "cp-a", NotAfter: now.Add(3 * time.Hour), Renewal: policy.RenewedByKubeadm}},
 				CertificatesNote: "kubelet (:10250) on cp-a: no answer in 3s, skipped"},
 			message: "etcd's serving certificate on node cp-a (CN cp-a) expires 2026-05-01T15:00:00Z (in 3h0m0s; kubeadm renews it as it upgrades that node, " +
 				"which may be after it expires): within the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 1h30m0s); " +
-				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's), or force; kubelet (:10250) on cp-a: no answer in 3s, skipped"},
+				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's), or force; kubelet (:10250) on cp-a: no answer in 3s, skipped; " + policy.ClientCertificatesUnchecked},
 		{name: "the kubelet's is not renewed by the upgrade", check: policy.CheckCertificateExpiry, want: fail, transient: true,
 			pre: policy.Preflight{Now: now, Certificates: []policy.Certificate{
 				{Node: "cp-a", Component: "kubelet", CommonName: "cp-a@1714560000", NotAfter: now.Add(5 * time.Hour)},
 				{Node: "cp-a", Component: "kube-apiserver", CommonName: "kube-apiserver", NotAfter: now.Add(400 * 24 * time.Hour), Renewal: policy.RenewedByKubeadm}}},
 			message: "kubelet's serving certificate on node cp-a (CN cp-a@1714560000) expires 2026-05-01T17:00:00Z (in 5h0m0s; not renewed by kubeadm upgrade apply): " +
 				"within the plan's window of 24h0m0s (the plan's duration is not estimated); " +
-				"renew them before the upgrade (the kubelet's by its certificate rotation or a new certificate), or force"},
+				"renew them before the upgrade (the kubelet's by its certificate rotation or a new certificate), or force; " + policy.ClientCertificatesUnchecked},
 		{name: "several, soonest first, forced", check: policy.CheckCertificateExpiry, want: forced, force: true,
 			pre: policy.Preflight{Now: now, Certificates: []policy.Certificate{
 				{Node: "cp-b", Component: "kubelet", NotAfter: now.Add(20 * time.Hour)},
@@ -64,7 +64,7 @@ func TestPreflightChecks(t *testing.T) {
 			message: "kube-scheduler's serving certificate on node cp-a (CN localhost@1714560000) expires 2026-05-01T14:00:00Z (in 2h0m0s; made anew when the upgrade restarts kube-scheduler on that node); " +
 				"kubelet's serving certificate on node cp-b expires 2026-05-02T08:00:00Z (in 20h0m0s; not renewed by kubeadm upgrade apply): " +
 				"within the plan's window of 24h0m0s (the plan's duration is not estimated); " +
-				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's; the kubelet's by its certificate rotation or a new certificate), or force (forced)"},
+				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's; the kubelet's by its certificate rotation or a new certificate), or force; " + policy.ClientCertificatesUnchecked + " (forced)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,7 +26,7 @@ const certTimeout = 3 * time.Second
 const maxControlPlanes = 9
 
 // maxHandshakes bounds the handshakes made at once: with maxControlPlanes and the
-// DefaultCertificateSources, a read that no port answers takes 3 × certTimeout.
+// DefaultCertificateSources, a read that no port answers takes 4 × certTimeout.
 const maxHandshakes = 16
 
 // DefaultAPIServerPort is the port the control planes' API servers listen on (kubeadm's and
@@ -45,12 +45,15 @@ type CertificateSource struct {
 }
 
 // DefaultCertificateSources are the ports of a kubeadm control plane that serve TLS: the API
-// server, etcd's client port (it asks for a client certificate, but sends its own first), the
-// kubelet, and the scheduler and the controller manager, which kubeadm binds to 127.0.0.1 (they
-// answer only where they were bound to the node's address).
+// server, etcd's client port and its peer port (both ask for a client certificate, but send
+// their own first; kubeadm's etcd-server and etcd-peer certificates), the kubelet, and the
+// scheduler and the controller manager, which kubeadm binds to 127.0.0.1 (they answer only where
+// they were bound to the node's address). The certificates a control plane presents only as a
+// client are not among them: no handshake shows them (policy.ClientCertificatesUnchecked).
 var DefaultCertificateSources = []CertificateSource{
 	{Component: "kube-apiserver", Port: DefaultAPIServerPort, Renewal: policy.RenewedByKubeadm},
 	{Component: "etcd", Port: 2379, Renewal: policy.RenewedByKubeadm},
+	{Component: "etcd-peer", Port: 2380, Renewal: policy.RenewedByKubeadm},
 	{Component: "kubelet", Port: 10250, Renewal: policy.NotRenewed},
 	{Component: "kube-scheduler", Port: 10259, Renewal: policy.RenewedOnRestart},
 	{Component: "kube-controller-manager", Port: 10257, Renewal: policy.RenewedOnRestart},
@@ -63,8 +66,9 @@ var DefaultCertificateSources = []CertificateSource{
 // It is the least privileged way to the expiry: no host mount of the kubeadm PKI (its directory
 // holds the cluster's private keys) and no RBAC. The certificate is not verified and no client
 // certificate is sent: a server that requires one (etcd) has sent its own before it refuses the
-// handshake. note says which ports did not answer (a scheduler bound to 127.0.0.1 does not);
-// they are skipped. kubeadm's client certificates are not seen from the network.
+// handshake (etcd's client and peer ports). note says which ports did not answer (a scheduler
+// bound to 127.0.0.1 does not); they are skipped. kubeadm's client certificates are not seen from
+// the network, and not read (policy.ClientCertificatesUnchecked).
 func ControlPlaneCertificates(ctx context.Context, nodes []corev1.Node, sources []CertificateSource) (certs []policy.Certificate, note string) {
 	type answer struct {
 		node   string

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -132,13 +133,14 @@ func TestJudgeCertificateWindow(t *testing.T) {
 		passed  bool
 		message string
 	}{
+		// The steps assumed: 4m the control plane, 1m the worker.
 		{name: "no earlier plan: the node steps assumed, a day", passed: true,
 			message: "the first to expire, etcd's serving certificate on node cp-a (CN cp-a), expires 2026-05-02T18:00:00Z, " +
-				"after the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 10m0s)"},
+				"after the plan's window of 24h0m0s (at least 24h0m0s; the plan is estimated to take 5m0s); " + policy.ClientCertificatesUnchecked},
 		{name: "an earlier plan's long node steps: twice the estimate", plans: []v1beta1.UpgradePlan{earlier},
 			message: "etcd's serving certificate on node cp-a (CN cp-a) expires 2026-05-02T18:00:00Z (in 30h0m0s; kubeadm renews it as it upgrades " +
 				"that node, which may be after it expires): within the plan's window of 40h0m0s (twice the plan's estimate of 20h0m0s); " +
-				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's), or force"},
+				"renew them before the upgrade (kubeadm certs renew on the node, for kubeadm's), or force; " + policy.ClientCertificatesUnchecked},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,4 +159,52 @@ func TestJudgeCertificateWindow(t *testing.T) {
 			require.Equal(t, tt.message, got.Message)
 		})
 	}
+}
+
+// etcd's peer port is read as its client port is: its server requires a peer certificate its CA
+// signed, and still sends its own (kubeadm's etcd-peer, for server and client use) first.
+func TestEtcdPeerCertificate(t *testing.T) {
+	t.Parallel()
+	i := slices.IndexFunc(sequencer.DefaultCertificateSources, func(s sequencer.CertificateSource) bool { return s.Component == "etcd-peer" })
+	require.GreaterOrEqual(t, i, 0, "etcd's peer port is read by default")
+	src := sequencer.DefaultCertificateSources[i]
+	require.Equal(t, 2380, src.Port)
+	require.Equal(t, policy.RenewedByKubeadm, src.Renewal, "kubeadm renews etcd-peer as it upgrades the node")
+
+	notAfter := time.Now().Add(48 * time.Hour).Truncate(time.Second)
+	ca := selfSigned(t, "etcd-ca", notAfter.Add(24*time.Hour))
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "cp-a"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	require.NoError(t, err)
+	peers := x509.NewCertPool()
+	peers.AddCert(caCert)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: peers, MinVersion: tls.VersionTLS12})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	refused := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			refused <- err
+			return
+		}
+		defer c.Close()
+		refused <- c.(*tls.Conn).HandshakeContext(t.Context())
+	}()
+
+	src.Port = port(t, ln.Addr().String())
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-a", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
+	certs, note := sequencer.ControlPlaneCertificates(t.Context(), []corev1.Node{n}, []sequencer.CertificateSource{src})
+	require.Empty(t, note)
+	require.Equal(t, []policy.Certificate{{Node: "cp-a", Component: "etcd-peer", CommonName: "cp-a", NotAfter: notAfter.UTC(),
+		Renewal: policy.RenewedByKubeadm}}, certs)
+	require.ErrorContains(t, <-refused, "certificate", "the server refused the handshake without a peer certificate")
 }

@@ -56,7 +56,8 @@ func NewMetrics(c client.Reader, log *slog.Logger, reg prometheus.Registerer) (*
 		estimateAssumed: d("estimate_assumed", "1 when some phase left of a running UpgradePlan is estimated from an assumed rate "+
 			"or node time (forecast.DefaultAssumptions), having neither a measured rate nor an earlier plan to go on.", "plan"),
 		phaseRemaining: d("phase_remaining_seconds", "The time each phase left of a running UpgradePlan is estimated to take still, "+
-			"labelled by what the estimate rests on: rate (measured), this plan (its finished nodes), history, assumed or unknown (0).",
+			"labelled by what the estimate rests on: rate (measured), this plan (its finished nodes), history, assumed, "+
+			"nothing to do (a phase that moves nothing, a few seconds assumed) or unknown (0).",
 			"plan", "phase", "basis"),
 		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "upgrade_repo_plan_read_errors_total",

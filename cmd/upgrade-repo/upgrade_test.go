@@ -334,14 +334,16 @@ func TestUpgradeStatusEstimate(t *testing.T) {
 	}{
 		{name: "a first plan in ImagePreloading: the rate measured, the nodes assumed, the rest unknown", objs: []client.Object{preloading()},
 			first: true, partial: true, assumed: true, bases: []string{"rate", "unknown", "assumed", "unknown"},
-			// 120 MiB in 1m, 300 MiB in all: 90s; three nodes at 5m.
-			line: "in at least 16m30s, near 11:16 UTC at the earliest; measured: ImagePreloading at 2.0 MiB/s; " +
-				"assumed: NodeUpgrading (5m0s a node, control planes one at a time, the others 1 at a time); " +
+			// 120 MiB in 1m, 300 MiB in all: 90s; two control planes at 4m, a worker at 1m.
+			line: "in at least 10m30s, near 11:10 UTC at the earliest; measured: ImagePreloading at 2.0 MiB/s; " +
+				"assumed: NodeUpgrading (4m0s for each control plane, 1m0s for each other node; control planes one at a time, the others 1 at a time); " +
 				"nothing to go on yet for ClusterUpgrading, CleaningUp; a first estimate: the cluster recorded no earlier plan"},
 		{name: "a second plan in ImagePreloading: the rate measured, the rest from history", objs: []client.Object{preloading(), earlier},
-			bases: []string{"rate", "history", "history", "history"},
-			// 90s, 2m, three nodes at 10m, 1m.
-			line: "in about 34m30s, near 11:34 UTC; measured: ImagePreloading at 2.0 MiB/s; from history: ClusterUpgrading, NodeUpgrading, CleaningUp"},
+			assumed: true, bases: []string{"rate", "history", "assumed", "history"},
+			// 90s, 2m, two control planes at 10m as the earlier one, the worker (no earlier
+			// worker) at the 1m assumed, 1m.
+			line: "in about 25m30s, near 11:25 UTC; measured: ImagePreloading at 2.0 MiB/s; from history: ClusterUpgrading, CleaningUp; " +
+				"assumed: NodeUpgrading (1m0s for each other node (control planes: 10m0s from history); control planes one at a time, the others 1 at a time)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
