@@ -390,8 +390,8 @@ func TestWaitControlPlanePods(t *testing.T) {
 			wantCalls: 3, wantWait: "kube-apiserver-n1 to be Ready",
 		},
 		{
-			name: "Ready, unchanged since before the restart, believed after the grace",
-			readings: []podsReading{{pods: []PodReadiness{api(true, before)}}},
+			name:      "Ready, unchanged since before the restart, believed after the grace",
+			readings:  []podsReading{{pods: []PodReadiness{api(true, before)}}},
 			wantCalls: 3, wantWait: "kube-apiserver-n1 to be Ready",
 		},
 		{
