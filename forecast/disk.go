@@ -169,11 +169,11 @@ type FilesystemUse struct {
 func (u FilesystemUse) Problem() string {
 	switch {
 	case u.AddedBytes > u.FreeBytes:
-		return fmt.Sprintf("%s needs %s in %s, %s free", u.What, human(u.AddedBytes), u.where(), human(u.FreeBytes))
+		return fmt.Sprintf("%s needs %s in %s, %s free", u.What, Bytes(u.AddedBytes), u.where(), Bytes(u.FreeBytes))
 	// A file system the plan adds nothing to is not the plan's to judge.
 	case u.AddedBytes > 0 && u.ImageGCHighPercent > 0 && u.UsedPercentAfter >= float64(u.ImageGCHighPercent):
 		return fmt.Sprintf("%s (%s) would fill %s to %.1f%%, past the kubelet's image GC threshold of %d%% (%s free of %s)", u.What,
-			human(u.AddedBytes), u.where(), u.UsedPercentAfter, u.ImageGCHighPercent, human(u.FreeBytes), human(u.TotalBytes))
+			Bytes(u.AddedBytes), u.where(), u.UsedPercentAfter, u.ImageGCHighPercent, Bytes(u.FreeBytes), Bytes(u.TotalBytes))
 	}
 	return ""
 }
@@ -353,8 +353,9 @@ func use(f Filesystem, what string, added int64, high int) FilesystemUse {
 	return u
 }
 
-// human formats n bytes in binary units as the plan's other figures are (1.5 GiB).
-func human(n int64) string {
+// Bytes prints n bytes for humans, in powers of 1024 ("6.0 GiB"): the one form the plan's
+// messages, its views and the commands use.
+func Bytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/internal/redact"
 	"github.com/upgrade-repo/upgrade-repo/planview"
 )
@@ -177,7 +178,7 @@ func sizeOrUnknown(n int64) string {
 	if n == Unknown {
 		return "unknown"
 	}
-	return planview.Bytes(n)
+	return forecast.Bytes(n)
 }
 
 // PlanVerb is `upgrade-repo plan` once its flags are parsed: with a cluster (c) and no target

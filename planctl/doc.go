@@ -28,9 +28,10 @@
 // facts gathered from the cluster (or given), judged as the sequencer judges them, into the
 // planview.Report that planview writes; Versions judges every Version of the cluster so.
 //
-// Imports: api/v1beta1, backoff (the one retry policy), checksum, httprange, isorelease,
-// repoclient and release (the target's metadata, read from a file, a repo or an ISO's URL),
-// planview (the reports it fills and the status it writes), policy, printable, redact,
-// sequencer (the node order, what a control-plane node is, the judgement) and sequencer/suc (the
-// names of system-upgrade-controller's Plans); never the commands.
+// Imports: api/v1beta1, backoff (the one retry policy), checksum, forecast (byte counts for
+// humans), httprange, isorelease, repoclient and release (the target's metadata, read from a
+// file, a repo or an ISO's URL), planview (the reports it fills and the status it writes),
+// policy, printable, redact, sequencer (the node order, what a control-plane node is, the
+// judgement) and sequencer/suc (the names of system-upgrade-controller's Plans); never the
+// commands.
 package planctl

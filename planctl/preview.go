@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -175,7 +176,7 @@ func Preview(ctx context.Context, o PreviewOptions, c client.Reader, hc *http.Cl
 		rep.Images = images(targetISO, currentISO)
 		if targetISO.Requests > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("read %s of the %s ISO in %d requests, without downloading it",
-				planview.Bytes(targetISO.Bytes), planview.Bytes(targetISO.Size), targetISO.Requests))
+				forecast.Bytes(targetISO.Bytes), forecast.Bytes(targetISO.Size), targetISO.Requests))
 		}
 	}
 	for _, s := range sequencer.Steps {
