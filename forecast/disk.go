@@ -69,13 +69,18 @@ type Archive struct {
 	Blobs map[string][]Blob
 }
 
-// layered reports whether a's blobs are known for every image it names.
-func (a Archive) layered() bool {
-	if len(a.Images) == 0 || a.Blobs == nil {
+// layered reports whether a's blobs are known for every image it names (Layered).
+func (a Archive) layered() bool { return Layered(a.Images, a.Blobs) }
+
+// Layered reports whether blobs, by image reference, holds the blobs of every one of images:
+// an archive so recorded is counted blob by blob, any other is estimated from its size. The
+// agent, which measures what a node lacks of the blobs, asks it of the ISO's own records.
+func Layered[B any](images []string, blobs map[string][]B) bool {
+	if len(images) == 0 || blobs == nil {
 		return false
 	}
-	for _, ref := range a.Images {
-		if _, ok := a.Blobs[ref]; !ok {
+	for _, ref := range images {
+		if _, ok := blobs[ref]; !ok {
 			return false
 		}
 	}
