@@ -94,28 +94,26 @@ origin_iso() {
   SIZE=$(stat -L -c %s "$WORK/origin/release.iso")
 }
 
-# nginx_origin FORMAT: starts nginx (NGINX: one worker, sendfile on) serving WORK/origin on a
-# free loopback port, each request logged to WORK/nginx/logs/access.log in log_format FORMAT;
-# sets nginx_port and records its pid in PIDS.
+# nginx_conf DIR PORT ROOT LINE...: writes DIR/nginx.conf for an nginx of its own: one worker in
+# the foreground, its pid and error log under DIR, sendfile on, serving ROOT on 127.0.0.1:PORT,
+# each LINE an http-level directive besides (its access log, its tuning).
+nginx_conf() {
+  local d=$1 port=$2 root=$3
+  shift 3
+  {
+    printf '%s\n' 'worker_processes 1;' 'daemon off;' "pid $d/nginx.pid;" "error_log $d/logs/error.log warn;" \
+      'events { worker_connections 1024; }' 'http {' '  sendfile on;' '  default_type application/octet-stream;'
+    printf '  %s\n' "$@"
+    printf '%s\n' '  server {' "    listen 127.0.0.1:$port;" "    root $root;" '  }' '}'
+  } >"$d/nginx.conf"
+}
+
+# nginx_origin FORMAT: starts nginx (NGINX) serving WORK/origin on a free loopback port, each
+# request logged to WORK/nginx/logs/access.log in log_format FORMAT; sets nginx_port and records
+# its pid in PIDS.
 nginx_origin() {
   nginx_port=$(pick_port)
-  cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  log_format sent '$1';
-  access_log $WORK/nginx/logs/access.log sent;
-  sendfile on;
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$nginx_port;
-    root $WORK/origin;
-  }
-}
-CONF
+  nginx_conf "$WORK/nginx" "$nginx_port" "$WORK/origin" "log_format sent '$1';" "access_log $WORK/nginx/logs/access.log sent;"
   "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
   PIDS+=($!)
 }
