@@ -27,15 +27,7 @@ BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-1GiB}
 REPEAT=${REPEAT:-3}
 MBPS=${BENCH_ORIGIN_MBPS:-100}
-[ -x "$BIN" ] || { echo "bench-acquire: $BIN missing (make build)" >&2; exit 1; }
-for c in xorriso curl nginx sha512sum; do
-  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-acquire: $c missing (make deps)" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/bench-acquire.XXXXXX")
-
-PIDS=()
-trap stop_pids_and_clean EXIT
+origin_bench bench-acquire xorriso curl nginx sha512sum
 
 origin_iso bench-acquire
 SUM=$(sha512sum "$WORK/origin/release.iso" | cut -d' ' -f1)

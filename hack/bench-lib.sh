@@ -68,6 +68,22 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 # The benches served from nginx (bench-acquire, bench-remote) share what follows: WORK, their
 # temporary directory, PIDS, the processes they started, and the release ISO nginx serves.
 
+# origin_bench NAME TOOL...: checks that BIN and every TOOL are there (NAME says which is missing,
+# and exits 1), then sets NGINX, WORK (a temporary directory under BENCH_TMP, TMPDIR or /tmp,
+# named after NAME) and PIDS, and makes stop_pids_and_clean the EXIT trap.
+origin_bench() {
+  local name=$1 c
+  shift
+  [ -x "$BIN" ] || { echo "$name: $BIN missing (make build)" >&2; exit 1; }
+  for c in "$@"; do
+    command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "$name: $c missing (make deps)" >&2; exit 1; }
+  done
+  NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+  WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/$name.XXXXXX")
+  PIDS=()
+  trap stop_pids_and_clean EXIT
+}
+
 # stop_pids_and_clean is their EXIT trap: it stops every process of PIDS and removes WORK.
 stop_pids_and_clean() {
   local p

@@ -21,14 +21,7 @@ cd "$(dirname "$0")/.."
 source hack/bench-lib.sh
 BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-6GiB}
-[ -x "$BIN" ] || { echo "bench-remote: $BIN missing (make build)" >&2; exit 1; }
-for c in xorriso curl nginx; do
-  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-remote: $c missing (make deps)" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/bench-remote.XXXXXX")
-PIDS=()
-trap stop_pids_and_clean EXIT
+origin_bench bench-remote xorriso curl nginx
 
 origin_iso bench-remote
 
