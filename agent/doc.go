@@ -44,7 +44,8 @@
 //
 // Imports: api, sequencer/report (the plans' instructions), peer, peer/inventory, peer/cache,
 // peer/fetch, peer/serve, chunks, checksum, iso, isorelease and httprange (a judged release's
-// ranges, forecast.go), isorepo, repo, registry, release, preload, nodestep (the step's
-// reports), backoff, idle, printable and redact; never its adapters
-// (preload/containerd, peer/memberlist), which are handed in, nor the sequencer.
+// ranges, forecast.go), forecast (which archives are counted blob by blob), isorepo, repo,
+// registry, release, preload, nodestep (the step's reports), backoff, idle, printable and
+// redact; never its adapters (preload/containerd, peer/memberlist), which are handed in, nor
+// the sequencer.
 package agent

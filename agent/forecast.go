@@ -12,6 +12,7 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/internal/backoff"
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
@@ -112,7 +113,7 @@ func (a *Agent) measureRelease(ctx context.Context, hc *http.Client, checker pre
 	var keep []string
 	for _, ar := range c.Archives {
 		keep = append(keep, ar.Images...)
-		if !layered(ar) {
+		if !forecast.Layered(ar.Images, ar.Blobs) {
 			continue
 		}
 		for _, ref := range ar.Images {
@@ -143,18 +144,4 @@ func (a *Agent) measureRelease(ctx context.Context, hc *http.Client, checker pre
 	}
 	f.Message = strings.Join(msgs, "; ")
 	return f
-}
-
-// layered reports whether the ISO records the blobs of every image of the archive a, as the
-// forecast counts an archive blob by blob (forecast.Archive).
-func layered(a isorelease.Archive) bool {
-	if len(a.Images) == 0 || a.Blobs == nil {
-		return false
-	}
-	for _, ref := range a.Images {
-		if _, ok := a.Blobs[ref]; !ok {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@
 // SHA256 is the other digest a release uses: the one its SHA256SUMS gives for each Kubernetes
 // binary (ParseSHA256List), read with the same rules. Digests are compared as these types, never
 // as strings, so that "sha512:HEX", "HEX" and upper-case HEX are the same checksum everywhere.
+// Digest is either of the two, as an operator gives the digest of a whole image to check it.
 //
 // Imports: the standard library only.
 package checksum

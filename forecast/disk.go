@@ -69,13 +69,18 @@ type Archive struct {
 	Blobs map[string][]Blob
 }
 
-// layered reports whether a's blobs are known for every image it names.
-func (a Archive) layered() bool {
-	if len(a.Images) == 0 || a.Blobs == nil {
+// layered reports whether a's blobs are known for every image it names (Layered).
+func (a Archive) layered() bool { return Layered(a.Images, a.Blobs) }
+
+// Layered reports whether blobs, by image reference, holds the blobs of every one of images:
+// an archive so recorded is counted blob by blob, any other is estimated from its size. The
+// agent, which measures what a node lacks of the blobs, asks it of the ISO's own records.
+func Layered[B any](images []string, blobs map[string][]B) bool {
+	if len(images) == 0 || blobs == nil {
 		return false
 	}
-	for _, ref := range a.Images {
-		if _, ok := a.Blobs[ref]; !ok {
+	for _, ref := range images {
+		if _, ok := blobs[ref]; !ok {
 			return false
 		}
 	}
@@ -169,11 +174,11 @@ type FilesystemUse struct {
 func (u FilesystemUse) Problem() string {
 	switch {
 	case u.AddedBytes > u.FreeBytes:
-		return fmt.Sprintf("%s needs %s in %s, %s free", u.What, human(u.AddedBytes), u.where(), human(u.FreeBytes))
+		return fmt.Sprintf("%s needs %s in %s, %s free", u.What, Bytes(u.AddedBytes), u.where(), Bytes(u.FreeBytes))
 	// A file system the plan adds nothing to is not the plan's to judge.
 	case u.AddedBytes > 0 && u.ImageGCHighPercent > 0 && u.UsedPercentAfter >= float64(u.ImageGCHighPercent):
 		return fmt.Sprintf("%s (%s) would fill %s to %.1f%%, past the kubelet's image GC threshold of %d%% (%s free of %s)", u.What,
-			human(u.AddedBytes), u.where(), u.UsedPercentAfter, u.ImageGCHighPercent, human(u.FreeBytes), human(u.TotalBytes))
+			Bytes(u.AddedBytes), u.where(), u.UsedPercentAfter, u.ImageGCHighPercent, Bytes(u.FreeBytes), Bytes(u.TotalBytes))
 	}
 	return ""
 }
@@ -353,8 +358,9 @@ func use(f Filesystem, what string, added int64, high int) FilesystemUse {
 	return u
 }
 
-// human formats n bytes in binary units as the plan's other figures are (1.5 GiB).
-func human(n int64) string {
+// Bytes prints n bytes for humans, in powers of 1024 ("6.0 GiB"): the one form the plan's
+// messages, its views and the commands use.
+func Bytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -360,7 +360,7 @@ func phase(in TimeInput, ph string, current bool) PhaseTime {
 		r := p.AssumedBytesPerSecond * float64(par)
 		pt.Remaining, pt.Basis = bytesTime(left, r), BasisAssumed
 		pt.BytesLeft, pt.BytesPerSecond = left, r
-		pt.Assumption = fmt.Sprintf("%s/s a node, %d at a time, for %s", human(int64(p.AssumedBytesPerSecond)), par, human(left))
+		pt.Assumption = fmt.Sprintf("%s/s a node, %d at a time, for %s", Bytes(int64(p.AssumedBytesPerSecond)), par, Bytes(left))
 	}
 	return pt
 }

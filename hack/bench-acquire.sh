@@ -27,61 +27,16 @@ BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-1GiB}
 REPEAT=${REPEAT:-3}
 MBPS=${BENCH_ORIGIN_MBPS:-100}
-[ -x "$BIN" ] || { echo "bench-acquire: $BIN missing (make build)" >&2; exit 1; }
-for c in xorriso curl nginx sha512sum; do
-  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-acquire: $c missing (make deps)" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/bench-acquire.XXXXXX")
+origin_bench bench-acquire xorriso curl nginx sha512sum
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-mkdir -p "$WORK/origin" "$WORK/nginx/logs"
-chmod 755 "$WORK" # nginx's workers run as an unprivileged user
-if [ -n "${BENCH_ISO:-}" ]; then
-  ln -s "$(realpath "$BENCH_ISO")" "$WORK/origin/release.iso"
-else
-  want=$(numfmt --from=iec "$(sed 's/i\?B$//' <<<"$ISO_SIZE")")
-  echo "bench-acquire: packing a release ISO of about $ISO_SIZE into $WORK" >&2
-  # The images and boot files take about 57 MiB; rootfs.squashfs makes up the rest.
-  "$BIN" release pack --out "$WORK/origin/release.iso" --images 6 --layer-size 4MiB \
-    --rootfs-size $((want - (57 << 20))) >/dev/null
-fi
-SIZE=$(stat -L -c %s "$WORK/origin/release.iso")
+origin_iso bench-acquire
 SUM=$(sha512sum "$WORK/origin/release.iso" | cut -d' ' -f1)
 
-nginx_port=$(pick_port)
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  log_format sent '\$bytes_sent';
-  access_log $WORK/nginx/logs/access.log sent;
-  sendfile on;
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$nginx_port;
-    root $WORK/origin;
-  }
-}
-CONF
-"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
-PIDS+=($!)
+nginx_origin '$bytes_sent'
 URL=http://127.0.0.1:$nginx_port/release.iso
 for _ in $(seq 100); do curl -fsI "$URL" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fsI "$URL" >/dev/null || { echo "bench-acquire: nginx does not serve $URL:" >&2; cat "$WORK/nginx/logs/error.log" >&2; exit 1; }
 
-now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc -l; }
 best() { printf '%s\n' "$@" | sort -g | head -1; }
 # origin_bytes: every byte nginx sent so far (requests cut short included).

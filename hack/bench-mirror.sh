@@ -98,20 +98,11 @@ trap cleanup EXIT
 # start_containerd NODE: a fresh daemon under $WORK/NODE, its socket $WORK/NODE/c.sock; its pid
 # is appended to DAEMONS.
 start_containerd() {
-  local d=$WORK/$1
-  mkdir -p "$d"
-  containerd_config "$d"
-  containerd --config "$d/config.toml" --log-level warn >"$d/containerd.log" 2>&1 &
-  DAEMONS+=($!)
-  for _ in $(seq 1 300); do
-    ctr -a "$d/c.sock" version >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "bench-mirror: containerd of $1 did not start" >&2; cat "$d/containerd.log" >&2; exit 1
+  containerd_run "$WORK/$1"
+  DAEMONS+=("$containerd_pid")
+  containerd_wait "$WORK/$1" "bench-mirror: containerd of $1"
 }
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 # metric URL NAME: the sum of the samples of metric NAME (any labels, or the labels NAME gives)
 # at URL.
 metric() { curl -fs "$1" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.0f\n", s }'; }

@@ -114,22 +114,13 @@ trap cleanup EXIT
 
 # start_containerd NAME: a fresh daemon under $work/NAME; sets $sock and $pid.
 start_containerd() {
-  local d=$work/$1
-  mkdir -p "$d"
-  cdir=$d
-  sock=$d/c.sock
-  containerd_config "$d"
-  containerd --config "$d/config.toml" --log-level warn >"$d/containerd.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 300); do
-    ctr -a "$sock" version >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "bench-preload: containerd did not start" >&2; cat "$d/containerd.log" >&2; exit 1
+  cdir=$work/$1
+  sock=$cdir/c.sock
+  containerd_run "$cdir"
+  pid=$containerd_pid
+  containerd_wait "$cdir" "bench-preload: containerd"
 }
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 # /usr/bin/time writes "peak-RSS-KiB user-seconds system-seconds" into the file it is given.
 TIMEFMT='%M %U %S'
 kib_of() { tail -1 "$1" | awk '{print $1}'; }

@@ -21,54 +21,12 @@ cd "$(dirname "$0")/.."
 source hack/bench-lib.sh
 BIN=$(realpath "${BIN:-bin/upgrade-repo}")
 ISO_SIZE=${BENCH_ISO_SIZE:-6GiB}
-[ -x "$BIN" ] || { echo "bench-remote: $BIN missing (make build)" >&2; exit 1; }
-for c in xorriso curl nginx; do
-  command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || { echo "bench-remote: $c missing (make deps)" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/bench-remote.XXXXXX")
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+origin_bench bench-remote xorriso curl nginx
 
-mkdir -p "$WORK/origin" "$WORK/nginx/logs"
-chmod 755 "$WORK"
-if [ -n "${BENCH_ISO:-}" ]; then
-  ln -s "$(realpath "$BENCH_ISO")" "$WORK/origin/release.iso"
-else
-  want=$(numfmt --from=iec "$(sed 's/i\?B$//' <<<"$ISO_SIZE")")
-  echo "bench-remote: packing a release ISO of about $ISO_SIZE into $WORK" >&2
-  "$BIN" release pack --out "$WORK/origin/release.iso" --images 6 --layer-size 4MiB \
-    --rootfs-size $((want - (57 << 20))) >/dev/null
-fi
-SIZE=$(stat -L -c %s "$WORK/origin/release.iso")
+origin_iso bench-remote
 
-port=$(pick_port)
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  log_format sent '\$status \$bytes_sent "\$http_range"';
-  access_log $WORK/nginx/logs/access.log sent;
-  sendfile on;
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$port;
-    root $WORK/origin;
-  }
-}
-CONF
-"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
-PIDS+=($!)
-URL=http://127.0.0.1:$port/release.iso
+nginx_origin '$status $bytes_sent "$http_range"'
+URL=http://127.0.0.1:$nginx_port/release.iso
 for _ in $(seq 50); do curl -sf -o /dev/null -r 0-0 "$URL" && break; sleep 0.1; done
 LOG=$WORK/nginx/logs/access.log
 

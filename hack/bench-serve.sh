@@ -49,25 +49,8 @@ fi
 wrk=$(command -v wrk || true)
 
 mkdir -p "$dir/nginx/logs"
-cat > "$dir/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $dir/nginx/nginx.pid;
-error_log $dir/nginx/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_requests 1000000;
-  types { application/yaml yaml; text/plain txt; }
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$nginx_port;
-    root $dir/tree;
-  }
-}
-CONF
+nginx_conf "$dir/nginx" "$nginx_port" "$dir/tree" 'access_log off;' 'tcp_nopush on;' 'keepalive_requests 1000000;' \
+  'types { application/yaml yaml; text/plain txt; }'
 "${server_cpu[@]}" nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" &
 pids+=($!)
 # With --iso-checksum, as the agent serves: the ISO is verified once at start and every chunk is

@@ -19,6 +19,7 @@ import (
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
 	"github.com/upgrade-repo/upgrade-repo/checksum"
 	"github.com/upgrade-repo/upgrade-repo/internal/redact"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
 // ErrInvalid marks a request that cannot be made as given (a URL that is not http or https, a
@@ -245,4 +246,101 @@ func createVersion(ctx context.Context, c client.Client, v *v1beta1.Version) err
 	}
 	*v = cur
 	return nil
+}
+
+// ApplyOptions are what `upgrade apply` is told, and what it talks to besides the cluster's
+// objects.
+type ApplyOptions struct {
+	// Request is the Version and UpgradePlan to create; without a checksum, it is read from the
+	// file beside the ISO (FetchChecksum).
+	Request Request
+	// Release is the target's harvester-release.yaml (PreviewOptions.Release).
+	Release string
+	// Namespace is the sequencer's namespace.
+	Namespace string
+	// Yes creates the plan without asking; DryRun creates nothing and shows the drains instead.
+	Yes, DryRun bool
+	// ServerVersion returns the API server's version; nil: the control plane's kubelets tell it.
+	ServerVersion func() (string, error)
+	// HTTP reads the checksum file and the release metadata.
+	HTTP *http.Client
+	// In is where the answer to "Proceed?" is read; Interactive says it is a terminal.
+	In          io.Reader
+	Interactive bool
+	// Follow follows the created plan to its end, writing its status.
+	Follow func(ctx context.Context, plan string) error
+}
+
+// ApplyVerb is `upgrade apply` once its flags are parsed: the checksum, the objects, the
+// judgement (Preview, written to w), the question (Confirm), the creation and the following, in
+// that order; nothing is created before the question is answered yes. A refused upgrade returns
+// ErrNotAllowed; objects the request cannot make, ErrInvalid and ErrUsage.
+func ApplyVerb(ctx context.Context, w io.Writer, c client.Client, o ApplyOptions) error {
+	from := ""
+	req := o.Request
+	if req.Checksum == "" {
+		sum, err := FetchChecksum(ctx, o.HTTP, req.ISOURL)
+		if err != nil {
+			return fmt.Errorf("no --iso-checksum, and the %s file beside the ISO: %w", ChecksumSuffix, err)
+		}
+		req.Checksum = sum
+		su, _ := ChecksumURL(req.ISOURL) // FetchChecksum parsed it
+		from = " (read from " + redact.URL(su) + ")"
+	}
+	v, p, err := req.Objects()
+	if err != nil {
+		return usageError{err}
+	}
+	exists, err := Check(ctx, c, v, p)
+	if err != nil {
+		return err
+	}
+	po := PreviewOptions{To: v.Name, Namespace: o.Namespace, Force: req.Force, AllowPrerelease: req.AllowPrerelease,
+		Release: o.Release, VersionCreated: true, ISOURL: req.ISOURL, Plan: p}
+	if o.ServerVersion != nil {
+		if po.CurrentKubernetes, err = o.ServerVersion(); err != nil {
+			return err
+		}
+	}
+	rep, err := Preview(ctx, po, c, o.HTTP)
+	if err != nil {
+		return err
+	}
+	state := "to create"
+	if exists {
+		state = "exists with this ISO, reused"
+	}
+	fmt.Fprintf(w, "Version:   %s (%s)\n", v.Name, state)
+	fmt.Fprintf(w, "ISO:       %s\n", redact.URL(v.Spec.ISOURL))
+	fmt.Fprintf(w, "Checksum:  %s%s\n", v.Spec.ISOChecksum, from)
+	fmt.Fprintf(w, "Plan:      %s (to create)\n\n", p.Name)
+	if err := planview.WriteReport(w, rep); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if !rep.Allowed {
+		return fmt.Errorf("%w (%s failed): nothing was created", ErrNotAllowed, strings.Join(rep.Failed(), ", "))
+	}
+	if o.DryRun {
+		if exists {
+			// The cluster's Version knows the ISO's size (the sequencer's check of its URL).
+			if err := c.Get(ctx, client.ObjectKeyFromObject(v), v); err != nil {
+				return fmt.Errorf("get version %s: %w", v.Name, err)
+			}
+		}
+		return WriteDrains(ctx, w, c, o.Namespace, v, p)
+	}
+	if !o.Yes {
+		if err := Confirm(w, o.In, o.Interactive, "Proceed?", "nothing was created"); err != nil {
+			return err
+		}
+	}
+	if err := Create(ctx, c, v, p, exists); err != nil {
+		return err
+	}
+	verb := "Created"
+	if exists {
+		verb = "Reused"
+	}
+	fmt.Fprintf(w, "\n%s version %s; created upgradeplan %s. Following it (an interrupt stops following, not the upgrade).\n\n", verb, v.Name, p.Name)
+	return o.Follow(ctx, p.Name)
 }

@@ -3,13 +3,17 @@ package planctl
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
+	"github.com/upgrade-repo/upgrade-repo/planview"
 	"github.com/upgrade-repo/upgrade-repo/sequencer"
 )
 
@@ -54,4 +58,67 @@ func DrainPreview(ctx context.Context, c client.Reader, p *v1beta1.UpgradePlan, 
 		out = append(out, NodeDrain{Node: name, ControlPlane: i < len(cp), Pods: ps})
 	}
 	return out, nil
+}
+
+// SequencerPods selects the sequencer's own replicas among the pods of its namespace, as the
+// chart passes it to the sequencer's --keep-pods: a drain leaves them.
+const SequencerPods = "app.kubernetes.io/component=sequencer"
+
+// WriteDrains writes what a dry run adds to the judgement: each node plan p works on in upgrade
+// order, with the pods its drain would evict now (DrainPreview), then what each node needs of
+// disk and images for v (DiskPreview).
+func WriteDrains(ctx context.Context, w io.Writer, c client.Reader, namespace string, v *v1beta1.Version, p *v1beta1.UpgradePlan) error {
+	keep, err := labels.Parse(SequencerPods)
+	if err != nil {
+		return fmt.Errorf("sequencer pods selector: %w", err)
+	}
+	drains, err := DrainPreview(ctx, c, p, namespace, keep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nDrains, in upgrade order (each node cordoned, drained, stepped and uncordoned in turn;")
+	fmt.Fprintln(w, "mirror pods, DaemonSet pods and finished pods stay):")
+	for _, d := range drains {
+		role := ""
+		if d.ControlPlane {
+			role = " (control plane)"
+		}
+		if len(d.Pods) == 0 {
+			fmt.Fprintf(w, "  %s%s: nothing to evict\n", d.Node, role)
+			continue
+		}
+		fmt.Fprintf(w, "  %s%s: %d pods to evict: %s\n", d.Node, role, len(d.Pods), strings.Join(d.Pods, ", "))
+	}
+	nodes := make([]string, 0, len(drains))
+	for _, d := range drains {
+		nodes = append(nodes, d.Node)
+	}
+	needs, err := DiskPreview(ctx, c, v, nodes)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nDisk and images per node (the ISO into the agent's cache, then the release's images into containerd;")
+	fmt.Fprintln(w, "what the node's agent already reports for this ISO is left out):")
+	tw := planview.NewTable(w)
+	fmt.Fprintln(tw, "  NODE\tISO TO DOWNLOAD\tCACHE FREE\tFITS\tIMAGES TO PRELOAD\tARCHIVE BYTES")
+	for _, n := range needs {
+		images := "unknown until the ISO is read"
+		if n.ImagesTotal != Unknown {
+			images = fmt.Sprintf("%d of %d", n.ImagesLeft, n.ImagesTotal)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Node, sizeOrUnknown(n.ISOBytes), sizeOrUnknown(n.FreeBytes), n.Fits, images, sizeOrUnknown(n.PreloadBytes))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, "\nDry run: nothing was created.")
+	return err
+}
+
+// sizeOrUnknown prints a byte count for humans, "unknown" for Unknown.
+func sizeOrUnknown(n int64) string {
+	if n == Unknown {
+		return "unknown"
+	}
+	return forecast.Bytes(n)
 }

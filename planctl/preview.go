@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
 	"github.com/upgrade-repo/upgrade-repo/isorelease"
 	"github.com/upgrade-repo/upgrade-repo/planview"
@@ -175,7 +177,7 @@ func Preview(ctx context.Context, o PreviewOptions, c client.Reader, hc *http.Cl
 		rep.Images = images(targetISO, currentISO)
 		if targetISO.Requests > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("read %s of the %s ISO in %d requests, without downloading it",
-				planview.Bytes(targetISO.Bytes), planview.Bytes(targetISO.Size), targetISO.Requests))
+				forecast.Bytes(targetISO.Bytes), forecast.Bytes(targetISO.Size), targetISO.Requests))
 		}
 	}
 	for _, s := range sequencer.Steps {
@@ -323,4 +325,39 @@ func images(target, current *isorelease.Contents) *planview.ImageReport {
 		}
 	}
 	return rep
+}
+
+// ErrNotAllowed is returned when the judgement refuses the upgrade (planview.Report.Allowed is
+// false): `upgrade-repo plan` and `upgrade apply` exit 1 with it.
+var ErrNotAllowed = errors.New("the upgrade is not allowed")
+
+// PlanVerb is `upgrade-repo plan` once its flags are parsed: with a cluster (c) and no target
+// (o.To), every Version of the cluster judged (Versions); else the judgement of o (Preview),
+// written to w as output says (text or json). A refused upgrade returns ErrNotAllowed.
+func PlanVerb(ctx context.Context, w io.Writer, c client.Reader, o PreviewOptions, output string, hc *http.Client) error {
+	if c != nil && o.To == "" {
+		vs, err := Versions(ctx, c, o, hc)
+		switch {
+		case err != nil:
+			return err
+		case output == "json":
+			return planview.Encode(w, vs)
+		}
+		return planview.WriteVersions(w, vs)
+	}
+	rep, err := Preview(ctx, o, c, hc)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		if err := planview.Encode(w, rep); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+	} else if err := planview.WriteReport(w, rep); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if !rep.Allowed {
+		return ErrNotAllowed
+	}
+	return nil
 }

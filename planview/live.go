@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 )
 
 // BarWidth is how many characters a progress bar of Live's terminal view has.
@@ -157,7 +159,7 @@ func nodeLine(n NodeStatus, prog []progress) string {
 func progressText(prog []progress) string {
 	parts := make([]string, 0, len(prog))
 	for _, pr := range prog {
-		s := fmt.Sprintf("%s %s/%s %d%%", pr.kind, Bytes(pr.done), Bytes(pr.total), *percent(pr.done, pr.total))
+		s := fmt.Sprintf("%s %s/%s %d%%", pr.kind, forecast.Bytes(pr.done), forecast.Bytes(pr.total), *percent(pr.done, pr.total))
 		if r := rateText(pr); r != "" {
 			s += ", " + r
 		}
@@ -172,7 +174,7 @@ func rateText(pr progress) string {
 		return ""
 	}
 	eta := time.Duration(float64(pr.total-pr.done) / pr.rate * float64(time.Second))
-	return fmt.Sprintf("%s/s, ETA %s", Bytes(int64(pr.rate)), human(eta))
+	return fmt.Sprintf("%s/s, ETA %s", forecast.Bytes(int64(pr.rate)), human(eta))
 }
 
 // Redraw writes p as WriteText does, followed by a PROGRESS table of every node's download and
@@ -197,7 +199,7 @@ func (l *Live) Redraw(w io.Writer, p *Plan) error {
 			}
 			rows++
 			fmt.Fprintf(&t, "%-*s %-8s %s %3d%%  %s/%s", nameWidth(p), n.Name, pr.kind, bar(pr.done, pr.total),
-				*percent(pr.done, pr.total), Bytes(pr.done), Bytes(pr.total))
+				*percent(pr.done, pr.total), forecast.Bytes(pr.done), forecast.Bytes(pr.total))
 			if r := rateText(pr); r != "" {
 				t.WriteString("  " + r)
 			}
@@ -224,19 +226,4 @@ func nameWidth(p *Plan) int {
 func bar(done, total int64) string {
 	filled := int(min(max(done, 0), total) * BarWidth / total)
 	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", BarWidth-filled) + "]"
-}
-
-// Bytes prints n bytes for humans, in powers of 1024 ("6.0 GiB"): the one form the plan's
-// messages, its views and the commands use.
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/forecast"
 )
 
 // StatePending is the state shown for a node the caller knows of but the plan's status does not
@@ -162,7 +163,7 @@ func (e *Estimate) Line() string {
 		case "unknown":
 			unknown = append(unknown, ph.Phase)
 		case "rate":
-			measured = append(measured, fmt.Sprintf("%s at %s/s", ph.Phase, Bytes(ph.BytesPerSecond)))
+			measured = append(measured, fmt.Sprintf("%s at %s/s", ph.Phase, forecast.Bytes(ph.BytesPerSecond)))
 		case "this plan":
 			measured = append(measured, fmt.Sprintf("%s at %s a node", ph.Phase, time.Duration(ph.NodeSeconds)*time.Second))
 		case "history":

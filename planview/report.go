@@ -230,7 +230,7 @@ func writeImages(w io.Writer, im *ImageReport) {
 		if im.Compared {
 			n = fmt.Sprint(a.New)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Archive, a.Group, a.Images, Bytes(a.Size), n)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Archive, a.Group, a.Images, forecast.Bytes(a.Size), n)
 	}
 	_ = tw.Flush()
 	if !im.Compared {
@@ -262,10 +262,10 @@ func writeDisk(w io.Writer, disk []forecast.NodeDisk) {
 			basis[d.Basis] = append(basis[d.Basis], d.Node)
 		}
 		if d.CleanupBytes > 0 {
-			cleanups = append(cleanups, fmt.Sprintf("%s frees %s %s", d.Node, Bytes(d.CleanupBytes), d.CleanupAfter))
+			cleanups = append(cleanups, fmt.Sprintf("%s frees %s %s", d.Node, forecast.Bytes(d.CleanupBytes), d.CleanupAfter))
 		}
 		if len(d.Filesystems) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t(not reported)\t\t\t\t\n", d.Node, Bytes(d.AddedBytes()))
+			fmt.Fprintf(tw, "%s\t%s\t(not reported)\t\t\t\t\n", d.Node, forecast.Bytes(d.AddedBytes()))
 			continue
 		}
 		for _, u := range d.Filesystems {
@@ -276,8 +276,8 @@ func writeDisk(w io.Writer, disk []forecast.NodeDisk) {
 			if u.Problem() != "" {
 				result = "does not fit"
 			}
-			fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%.0f%%\t%s\t%s\n", d.Node, Bytes(u.AddedBytes), u.What, u.Path,
-				Bytes(u.FreeBytes), u.UsedPercentAfter, gc, result)
+			fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%.0f%%\t%s\t%s\n", d.Node, forecast.Bytes(u.AddedBytes), u.What, u.Path,
+				forecast.Bytes(u.FreeBytes), u.UsedPercentAfter, gc, result)
 		}
 	}
 	_ = tw.Flush()

@@ -108,24 +108,16 @@ func NewCleaner(store Store, archive *ListArchive, cfg CleanerConfig) (*Cleaner,
 	}
 	c := &Cleaner{
 		store: r, archive: archive, dryRun: cfg.DryRun, log: cfg.Log,
-		images: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_images_cleaned_total",
-			Help: "Images of previous releases removed from the image store after an upgrade.",
-		}),
-		bytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_images_cleaned_bytes_total",
-			Help: "Content bytes freed in the image store by removing previous releases' images (compressed blob sizes).",
-		}),
+		images: counter("upgrade_repo_preload_images_cleaned_total",
+			"Images of previous releases removed from the image store after an upgrade."),
+		bytes: counter("upgrade_repo_preload_images_cleaned_bytes_total",
+			"Content bytes freed in the image store by removing previous releases' images (compressed blob sizes)."),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Registerer != nil {
-		for _, m := range []prometheus.Collector{c.images, c.bytes} {
-			if err := cfg.Registerer.Register(m); err != nil {
-				return nil, fmt.Errorf("image cleaner: register metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, c.images, c.bytes); err != nil {
+		return nil, fmt.Errorf("image cleaner: register metrics: %w", err)
 	}
 	return c, nil
 }

@@ -76,14 +76,10 @@ func NewGuard(store Store, sources []Source, cfg GuardConfig, opts ...Option) (*
 	g := &Guard{
 		store: store, sources: sources, opts: append(slices.Clone(opts), WithRegisterer(nil)),
 		log: cfg.Log, interval: cfg.Interval, onRestore: cfg.OnRestore, onPinned: cfg.OnPinned,
-		restored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_restored_images_total",
-			Help: "Listed images found missing from the image store and imported again.",
-		}),
-		failed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_restore_failures_total",
-			Help: "Repairs that left listed images missing from the image store.",
-		}),
+		restored: counter("upgrade_repo_preload_restored_images_total",
+			"Listed images found missing from the image store and imported again."),
+		failed: counter("upgrade_repo_preload_restore_failures_total",
+			"Repairs that left listed images missing from the image store."),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -91,12 +87,8 @@ func NewGuard(store Store, sources []Source, cfg GuardConfig, opts ...Option) (*
 	if g.interval <= 0 {
 		g.interval = 5 * time.Minute
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.restored, g.failed} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("preload guard: register metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, g.restored, g.failed); err != nil {
+		return nil, fmt.Errorf("preload guard: register metrics: %w", err)
 	}
 	return g, nil
 }

@@ -26,10 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "upgrade_repo_preload_archive_size_bytes",
 			Help: "Compressed size of each image archive being imported.",
 		}, []string{"archive"}),
-		read: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_read_bytes_total",
-			Help: "Compressed bytes of all image archives read by imports.",
-		}),
+		read: counter("upgrade_repo_preload_read_bytes_total", "Compressed bytes of all image archives read by imports."),
 		imagesTotal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "upgrade_repo_preload_images",
 			Help: "Images the release lists.",
@@ -42,18 +39,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "upgrade_repo_preload_archives",
 			Help: "Archives of the release by phase (pending, importing, imported, skipped, failed).",
 		}, []string{"phase"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "upgrade_repo_preload_retries_total",
-			Help: "Reopened archive streams and retried imports after transient errors.",
-		}),
+		retries: counter("upgrade_repo_preload_retries_total", "Reopened archive streams and retried imports after transient errors."),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.archiveRead, m.archiveSize, m.read, m.imagesTotal, m.imagesPresent, m.archives, m.retries} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, m.archiveRead, m.archiveSize, m.read, m.imagesTotal, m.imagesPresent, m.archives, m.retries); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// counter is a counter of the preload's, not yet registered.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// register registers cs with reg, in order, up to the first error; with a nil reg, none.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package preload
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 
@@ -55,6 +56,15 @@ func (p *Plan) Imports() []Step {
 		}
 	}
 	return out
+}
+
+// WriteRows writes p for people as the rows of a table, the header then a step a row, each
+// cell followed by a tab: the caller lays them out (a text/tabwriter it flushes).
+func (p *Plan) WriteRows(w io.Writer) {
+	fmt.Fprintln(w, "ACTION\tGROUP\tARCHIVE\tREASON")
+	for _, s := range p.Steps {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Action, s.Group, s.Name(), s.Reason)
+	}
 }
 
 // LoadArchives reads the bundle index and every image list of the release in fsys. An archive

@@ -1,8 +1,10 @@
 package preload_test
 
 import (
+	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -92,4 +94,42 @@ func TestMakePlanStoreError(t *testing.T) {
 	s.MissingErr = errors.New("connection refused")
 	_, err := preload.MakePlan(t.Context(), s, []preload.ArchiveImages{archive("x", "docker.io/library/a:1")})
 	require.ErrorContains(t, err, "check present images: connection refused")
+}
+
+func TestPlanWriteRows(t *testing.T) {
+	t.Parallel()
+	step := func(group, archive string, a preload.Action, reason string) preload.Step {
+		return preload.Step{ArchiveImages: preload.ArchiveImages{Archive: release.Archive{Group: group, Archive: archive}}, Action: a, Reason: reason}
+	}
+	tests := []struct {
+		name string
+		plan preload.Plan
+		want string
+	}{
+		{name: "no step", want: "ACTION\tGROUP\tARCHIVE\tREASON\n"},
+		{
+			name: "a step an archive, by its file name",
+			plan: preload.Plan{Steps: []preload.Step{
+				step("common", "bundle/common/images/a.tar.zst", preload.ActionSkip, "all 2 listed images present"),
+				step("rke2", "bundle/rke2/images/b.tar.zst", preload.ActionImport, "1 of 3 listed images missing"),
+			}},
+			want: "ACTION\tGROUP\tARCHIVE\tREASON\n" +
+				"skip\tcommon\ta.tar.zst\tall 2 listed images present\n" +
+				"import\trke2\tb.tar.zst\t1 of 3 listed images missing\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var b bytes.Buffer
+			tt.plan.WriteRows(&b)
+			require.Equal(t, tt.want, b.String())
+		})
+	}
+}
+
+func TestStatusSummary(t *testing.T) {
+	t.Parallel()
+	st := preload.Status{State: preload.StatePreloaded, ImagesPresent: 7, ImagesTotal: 7, BytesRead: 1234}
+	require.Equal(t, "ImagePreloaded: 7 of 7 images present, 1234 bytes read in 2.5s", st.Summary(2500*time.Millisecond))
 }

@@ -1,5 +1,10 @@
 package preload
 
+import (
+	"fmt"
+	"time"
+)
+
 // State is the preload's phase as the agent reports it.
 type State string
 
@@ -33,6 +38,12 @@ type Status struct {
 	BytesTotal int64 `json:"bytesTotal"`
 	// Archives is the progress of each archive, in bundle order.
 	Archives []ArchiveStatus `json:"archives"`
+}
+
+// Summary says, for people, where a preload that took took ended.
+func (s Status) Summary(took time.Duration) string {
+	return fmt.Sprintf("%s: %d of %d images present, %d bytes read in %.1fs",
+		s.State, s.ImagesPresent, s.ImagesTotal, s.BytesRead, took.Seconds())
 }
 
 // ArchiveStatus is the progress of one archive.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"time"
 
 	"github.com/upgrade-repo/upgrade-repo/internal/httprange"
@@ -208,17 +207,7 @@ func isoLs(ctx context.Context, a *app, args []string) error {
 	if *out == "json" {
 		return planview.Encode(a.stdout, list)
 	}
-	for _, e := range list {
-		name := path.Base(e.Path)
-		if *recursive || !dir {
-			name = e.Path
-		}
-		if *long {
-			inspect.LongLine(a.stdout, e, name)
-		} else {
-			fmt.Fprintln(a.stdout, name)
-		}
-	}
+	inspect.WriteList(a.stdout, list, dir, *recursive, *long)
 	return nil
 }
 
@@ -238,20 +227,7 @@ func isoStat(ctx context.Context, a *app, args []string) error {
 	if *out == "json" {
 		return planview.Encode(a.stdout, e)
 	}
-	w := a.stdout
-	fmt.Fprintf(w, "path:     %s\ntype:     %s\nmode:     %s (%s)\nsize:     %d\nlinks:    %d\nowner:    %d:%d\nmodified: %s\n",
-		e.Path, e.Type, e.Mode, e.Perm, e.Size, e.Links, e.UID, e.GID, e.ModTime.Format(time.RFC3339))
-	if e.Target != "" {
-		fmt.Fprintf(w, "target:   %s\n", e.Target)
-	}
-	for i, x := range e.Extents {
-		fmt.Fprintf(w, "extent %d: offset %d length %d\n", i, x.Offset, x.Length)
-	}
-	if e.Type == "file" {
-		if off, n, ok := im.fsys.Span(p); ok && n > 0 {
-			fmt.Fprintf(w, "span:     offset %d length %d (contiguous)\n", off, n)
-		}
-	}
+	inspect.WriteStat(a.stdout, im.fsys, p, e)
 	return nil
 }
 

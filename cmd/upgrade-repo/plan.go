@@ -13,11 +13,11 @@ import (
 
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
-	"github.com/upgrade-repo/upgrade-repo/planview"
 )
 
-// errNotAllowed is returned by plan when the upgrade is refused, so the exit status is not 0.
-var errNotAllowed = errors.New("the upgrade is not allowed")
+// errNotAllowed is returned by plan and upgrade apply when the upgrade is refused, so the exit
+// status is not 0.
+var errNotAllowed = planctl.ErrNotAllowed
 
 // runPlan shows whether upgrading to a release is allowed and what it would change. It returns
 // errNotAllowed (exit status 1) when the upgrade is refused.
@@ -81,30 +81,5 @@ func runPlan(ctx context.Context, a *app, args []string) error {
 			o.CurrentKubernetes = v.GitVersion
 		}
 	}
-	if c != nil && o.To == "" {
-		// No target: every Version of the cluster, judged.
-		vs, err := planctl.Versions(ctx, c, o, &http.Client{Timeout: 30 * time.Second})
-		switch {
-		case err != nil:
-			return err
-		case output == "json":
-			return planview.Encode(a.stdout, vs)
-		}
-		return planview.WriteVersions(a.stdout, vs)
-	}
-	rep, err := planctl.Preview(ctx, o, c, &http.Client{Timeout: 30 * time.Second})
-	if err != nil {
-		return err
-	}
-	if output == "json" {
-		if err := planview.Encode(a.stdout, rep); err != nil {
-			return fmt.Errorf("write plan: %w", err)
-		}
-	} else if err := planview.WriteReport(a.stdout, rep); err != nil {
-		return fmt.Errorf("write plan: %w", err)
-	}
-	if !rep.Allowed {
-		return errNotAllowed
-	}
-	return nil
+	return planctl.PlanVerb(ctx, a.stdout, c, o, output, &http.Client{Timeout: 30 * time.Second})
 }

@@ -152,8 +152,7 @@ func runPreload(ctx context.Context, a *app, args []string) error {
 				return err
 			}
 		}
-		fmt.Fprintf(a.stdout, "%s: %d of %d images present, %d bytes read in %.1fs\n",
-			st.State, st.ImagesPresent, st.ImagesTotal, st.BytesRead, time.Since(start).Seconds())
+		fmt.Fprintln(a.stdout, st.Summary(time.Since(start)))
 	}
 	return runErr
 }
@@ -196,12 +195,10 @@ func preloadGCPercent(getenv func(string) string) (int, bool) {
 	return lowGCPercent, true
 }
 
+// printPlan writes plan as a table (preload.Plan.WriteRows).
 func printPlan(w io.Writer, plan *preload.Plan) error {
 	tw := planview.NewTable(w)
-	fmt.Fprintln(tw, "ACTION\tGROUP\tARCHIVE\tREASON")
-	for _, s := range plan.Steps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Action, s.Group, s.Name(), s.Reason)
-	}
+	plan.WriteRows(tw)
 	return tw.Flush()
 }
 

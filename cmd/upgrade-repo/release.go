@@ -113,39 +113,17 @@ func runReleasePack(ctx context.Context, a *app, args []string) error {
 		spec.Archives = append(spec.Archives, pack.Archive{Group: "common", Name: "extra-images", Tarballs: tbs})
 	}
 
-	var (
-		res *pack.Result
-		err error
-	)
-	if *tree != "" {
-		if err := os.MkdirAll(*tree, 0o755); err != nil {
-			return err
-		}
-		if res, err = pack.BuildTree(ctx, spec, *tree); err != nil {
-			return err
-		}
-		if *out != "" {
-			if err := pack.MakeISO(ctx, *tree, *out, spec.VolumeIDOrDefault()); err != nil {
-				return err
-			}
-			res.VolumeID = spec.VolumeIDOrDefault()
-		}
-	} else if res, err = pack.Build(ctx, spec, *out); err != nil {
+	res, err := pack.BuildTo(ctx, spec, *out, *tree)
+	if err != nil {
 		return err
 	}
-
 	if *output == "json" {
 		return planview.Encode(a.stdout, res)
-	}
-	n := 0
-	for _, ar := range res.Archives {
-		n += len(ar.Images)
-		fmt.Fprintf(a.stdout, "%-7s %s (%d bytes, %d images)\n", ar.Group, ar.Archive, ar.Size, len(ar.Images))
 	}
 	where := *out
 	if where == "" {
 		where = *tree
 	}
-	fmt.Fprintf(a.stdout, "wrote %s: release %s, %d archives, %d images, %d files\n", where, res.Version, len(res.Archives), n, len(res.Files))
+	res.Write(a.stdout, where)
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/api/v1beta1"
+	"github.com/upgrade-repo/upgrade-repo/planctl"
 )
 
 // upgradeVerbs lists the verbs of `upgrade`, each a command of its own.
@@ -99,4 +101,12 @@ func followWithTimeout(ctx context.Context, c client.Reader, plan string, timeou
 		again = "upgrade-repo upgrade status " + plan + " -w"
 	}
 	return fmt.Errorf("%w after %s:%s the upgrade goes on (%s)", errTimeout, timeout, where, again)
+}
+
+// usageOf makes a planctl.ErrUsage a usage error (exit status 2), its words kept.
+func usageOf(err error) error {
+	if errors.Is(err, planctl.ErrUsage) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return err
 }

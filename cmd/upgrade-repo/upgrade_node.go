@@ -3,10 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgrade-repo/upgrade-repo/cmd/internal/kubeclient"
 	"github.com/upgrade-repo/upgrade-repo/planctl"
@@ -43,29 +39,5 @@ func runUpgradeNode(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	return upgradeNode(ctx, a.stdout, c, o)
-}
-
-// upgradeNode makes sure a plan upgrades o.node alone and says which.
-func upgradeNode(ctx context.Context, w io.Writer, c client.Client, o upgradeNodeOptions) error {
-	res, err := planctl.UpgradeNode(ctx, c, o.node, o.version, o.name)
-	if err != nil {
-		return err
-	}
-	p := res.Plan
-	from := ""
-	if res.From != "" {
-		from = " (the Version of " + res.From + ", the plan that Succeeded last)"
-	}
-	if res.Created {
-		fmt.Fprintf(w, "Created upgradeplan %s: node %s alone to version %s%s.\n", p.Name, o.node, p.Spec.Version, from)
-	} else {
-		fmt.Fprintf(w, "Upgradeplan %s upgrades node %s alone to version %s already (%s): nothing created.\n",
-			p.Name, o.node, p.Spec.Version, p.Status.Phase.Name())
-	}
-	if len(res.Others) > 0 {
-		fmt.Fprintf(w, "In flight: %s; the sequencer starts %s once they are finished.\n", strings.Join(res.Others, ", "), p.Name)
-	}
-	fmt.Fprintf(w, "Follow it: upgrade-repo upgrade status %s -w\n", p.Name)
-	return nil
+	return planctl.NodeVerb(ctx, a.stdout, c, o.node, o.version, o.name)
 }

@@ -20,7 +20,7 @@ import (
 // builder) wire everything and are left out.
 var allowed = map[string][]string{
 	"acquire":                           {"checksum", "chunks", "iso", "peer", "peer/cache", "peer/fetch", "peer/inventory", "internal/redact"},
-	"agent":                             {"api/v1beta1", "internal/backoff", "checksum", "chunks", "internal/httprange", "internal/idle", "iso", "isorelease", "isorepo", "nodestep", "peer", "peer/cache", "peer/fetch", "peer/inventory", "peer/serve", "preload", "internal/printable", "internal/redact", "registry", "release", "repo", "sequencer/report"},
+	"agent":                             {"api/v1beta1", "internal/backoff", "checksum", "chunks", "forecast", "internal/httprange", "internal/idle", "iso", "isorelease", "isorepo", "nodestep", "peer", "peer/cache", "peer/fetch", "peer/inventory", "peer/serve", "preload", "internal/printable", "internal/redact", "registry", "release", "repo", "sequencer/report"},
 	"api/v1beta1":                       {},
 	"internal/backoff":                  {},
 	"checksum":                          {},
@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"peer/inventory":                    {"checksum", "chunks"},
 	"peer/memberlist":                   {"peer", "peer/inventory"},
 	"peer/serve":                        {"internal/httprange", "peer", "peer/cache"},
-	"planctl":                           {"api/v1beta1", "internal/backoff", "checksum", "internal/httprange", "isorelease", "planview", "policy", "internal/printable", "internal/redact", "release", "sequencer", "sequencer/repoclient", "sequencer/suc"},
+	"planctl":                           {"api/v1beta1", "internal/backoff", "checksum", "forecast", "internal/httprange", "isorelease", "planview", "policy", "internal/printable", "internal/redact", "release", "sequencer", "sequencer/repoclient", "sequencer/suc"},
 	"planctl/planctltest":               {"api/v1beta1"},
 	"planview":                          {"api/v1beta1", "forecast", "internal/printable", "policy"},
 	"policy":                            {},

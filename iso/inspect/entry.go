@@ -195,3 +195,37 @@ func (c Reader) Read(p []byte) (int, error) {
 	}
 	return c.R.Read(p)
 }
+
+// WriteList writes list, what List returned of a directory (dir) or a file, as ls does: names
+// relative to the directory, or paths with recursive or a file; with long, as ls -l (LongLine).
+func WriteList(w io.Writer, list []Entry, dir, recursive, long bool) {
+	for _, e := range list {
+		name := path.Base(e.Path)
+		if recursive || !dir {
+			name = e.Path
+		}
+		if long {
+			LongLine(w, e, name)
+		} else {
+			fmt.Fprintln(w, name)
+		}
+	}
+}
+
+// WriteStat writes e, the Entry of the file at p of fsys, as stat does: one "name: value" line
+// each, an extent a line, and a regular file's contiguous span in the image when it has one.
+func WriteStat(w io.Writer, fsys *iso.FS, p string, e Entry) {
+	fmt.Fprintf(w, "path:     %s\ntype:     %s\nmode:     %s (%s)\nsize:     %d\nlinks:    %d\nowner:    %d:%d\nmodified: %s\n",
+		e.Path, e.Type, e.Mode, e.Perm, e.Size, e.Links, e.UID, e.GID, e.ModTime.Format(time.RFC3339))
+	if e.Target != "" {
+		fmt.Fprintf(w, "target:   %s\n", e.Target)
+	}
+	for i, x := range e.Extents {
+		fmt.Fprintf(w, "extent %d: offset %d length %d\n", i, x.Offset, x.Length)
+	}
+	if e.Type == "file" {
+		if off, n, ok := fsys.Span(p); ok && n > 0 {
+			fmt.Fprintf(w, "span:     offset %d length %d (contiguous)\n", off, n)
+		}
+	}
+}

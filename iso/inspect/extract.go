@@ -150,3 +150,9 @@ func (x *extractor) file(ctx context.Context, p string, info fs.FileInfo) error 
 func chmodBits(m fs.FileMode) fs.FileMode {
 	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 }
+
+// Write says, for people, what Extract wrote into dir.
+func (n Extracted) Write(w io.Writer, dir string) {
+	fmt.Fprintf(w, "extracted %d files (%d bytes), %d directories, %d symlinks into %s\n",
+		n.Files, n.Bytes, n.Dirs, n.Links, dir)
+}

@@ -1,7 +1,10 @@
 package inspect_test
 
 import (
+	"bytes"
 	"crypto/sha512"
+	"encoding/hex"
+	"hash"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -95,5 +98,41 @@ func TestModeString(t *testing.T) {
 		c, err := inspect.CleanPath(p)
 		require.NoError(t, err)
 		require.Contains(t, []string{".", "bundle"}, c)
+	}
+}
+
+// sha512Want is the SHA-512 sum an image is checked against (checksum.Digest's part here).
+type sha512Want struct{ sum []byte }
+
+func (w sha512Want) NewHash() hash.Hash { return sha512.New() }
+func (w sha512Want) Matches(raw []byte) (string, bool, error) {
+	return "sha512:" + hex.EncodeToString(raw), bytes.Equal(raw, w.sum), nil
+}
+func (w sha512Want) String() string { return "sha512:" + hex.EncodeToString(w.sum) }
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	fsys, f, data := image(t)
+	sum := sha512.Sum512(data)
+	tests := []struct {
+		name    string
+		want    inspect.Want
+		wantErr error
+		// wantSum is Report.Checksum.
+		wantSum string
+	}{
+		{name: "no digest asked for"},
+		{name: "the image's digest", want: sha512Want{sum[:]}, wantSum: "sha512:" + hex.EncodeToString(sum[:])},
+		{name: "another digest", want: sha512Want{make([]byte, 64)}, wantErr: inspect.ErrMismatch, wantSum: "sha512:" + hex.EncodeToString(sum[:])},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rep, err := inspect.Check(t.Context(), fsys, f, int64(len(data)), tt.want)
+			require.ErrorIs(t, err, tt.wantErr)
+			require.Equal(t, tt.wantErr == nil, rep.OK)
+			require.Equal(t, tt.wantSum, rep.Checksum)
+			require.Equal(t, 2, rep.Files, "every file read, whatever the digest")
+		})
 	}
 }

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -87,4 +88,53 @@ func Digest(ctx context.Context, image io.ReaderAt, size int64, h hash.Hash) ([]
 		return nil, err
 	}
 	return h.Sum(nil), nil
+}
+
+// ErrMismatch is returned by Check when the image's digest is not the one wanted.
+var ErrMismatch = errors.New("checksum mismatch")
+
+// Want is a digest an image is checked against, such as a checksum.Digest (not imported: this
+// package knows only the ISO format).
+type Want interface {
+	// NewHash returns the hash the digest is a sum of.
+	NewHash() hash.Hash
+	// Matches returns raw, a sum of that hash, as "ALGO:HEX", and whether it is the digest.
+	Matches(raw []byte) (string, bool, error)
+	// String returns the digest as "ALGO:HEX".
+	String() string
+}
+
+// Check verifies fsys, an image of size bytes read through image (Verify), and, unless want is
+// nil, the digest of the whole image (Digest), which Report.Checksum gives. Report.OK is true
+// when both pass; on a mismatch (ErrMismatch) the report is returned with the error.
+func Check(ctx context.Context, fsys *iso.FS, image io.ReaderAt, size int64, want Want) (Report, error) {
+	rep, err := Verify(ctx, fsys, size)
+	if err != nil {
+		return rep, err
+	}
+	if want != nil {
+		raw, err := Digest(ctx, image, size, want.NewHash())
+		if err != nil {
+			return rep, fmt.Errorf("checksum: %w", err)
+		}
+		got, ok, err := want.Matches(raw)
+		if err != nil {
+			return rep, fmt.Errorf("checksum: %w", err)
+		}
+		rep.Checksum = got
+		if !ok {
+			return rep, fmt.Errorf("%w: image has %s, expected %s", ErrMismatch, got, want)
+		}
+	}
+	rep.OK = true
+	return rep, nil
+}
+
+// Write writes r for people: what was read and, when one was checked, the digest.
+func (r Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "ok: %d files (%d bytes in %d extents), %d directories, %d symlinks\n",
+		r.Files, r.Bytes, r.Extents, r.Dirs, r.Links)
+	if r.Checksum != "" {
+		fmt.Fprintf(w, "checksum ok: %s\n", r.Checksum)
+	}
 }

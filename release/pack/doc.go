@@ -10,7 +10,8 @@
 // shared between images when named in SharedLayers) or docker-save tarballs to include as they are.
 // Every synthetic byte derives from Spec.Seed, so the same Spec always yields the same images, layer
 // digests, archives contents and lists. BuildTree writes the layout into a directory; Build also runs
-// xorriso to turn it into an ISO image.
+// xorriso to turn it into an ISO image; BuildTo does either or both, as `upgrade-repo release pack`
+// asks, and Result.Write says what it wrote.
 //
 // Imports: release, go-containerregistry (image archives) and zstd; never repo, peer, preload
 // or the commands.

@@ -2,6 +2,7 @@ package pack
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -463,4 +464,24 @@ func TestBuildTreeRecordsBlobs(t *testing.T) {
 			require.Positive(t, b.Sizes[im.ConfigDigest].Size)
 		}
 	}
+}
+
+// BuildTo without an ISO writes the tree, creating its directory, and Write says what it wrote:
+// an archive a line, then the totals.
+func TestBuildToTreeAndWrite(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "new", "tree")
+	res, err := BuildTo(t.Context(), Demo("v1.5.2", 3, 64<<10, 0), "", dir)
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(dir, "harvester-release.yaml"))
+	var b strings.Builder
+	res.Write(&b, dir)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	require.Len(t, lines, len(res.Archives)+1)
+	images := 0
+	for i, a := range res.Archives {
+		images += len(a.Images)
+		require.Equal(t, fmt.Sprintf("%-7s %s (%d bytes, %d images)", a.Group, a.Archive, a.Size, len(a.Images)), lines[i])
+	}
+	require.Equal(t, fmt.Sprintf("wrote %s: release v1.5.2, %d archives, %d images, %d files", dir, len(res.Archives), images, len(res.Files)), lines[len(lines)-1])
 }

@@ -87,32 +87,27 @@ func Plans(o Options) ([]*unstructured.Unstructured, error) {
 	}
 	drain := map[string]any{"force": true, "ignoreDaemonSets": true, "deleteEmptydirData": true}
 	tolerations := []any{map[string]any{"operator": "Exists"}}
-	server := newPlan(ServerPlanName(o.UpgradePlan), o, map[string]any{
-		"concurrency":        int64(1),
-		"version":            version,
-		"serviceAccountName": sa,
-		"cordon":             true,
-		"drain":              drain,
-		"tolerations":        tolerations,
-		"nodeSelector": map[string]any{"matchExpressions": []any{
-			map[string]any{"key": ControlPlaneLabel, "operator": "Exists"},
-		}},
-		"upgrade": map[string]any{"image": image, "envs": env},
-	})
-	agent := newPlan(AgentPlanName(o.UpgradePlan), o, map[string]any{
-		"concurrency":        conc,
-		"version":            version,
-		"serviceAccountName": sa,
-		"cordon":             true,
-		"drain":              drain,
-		"tolerations":        tolerations,
-		"nodeSelector": map[string]any{"matchExpressions": []any{
-			map[string]any{"key": ControlPlaneLabel, "operator": "DoesNotExist"},
-		}},
-		// system-upgrade-controller's prepare container waits for the server Plan to finish.
-		"prepare": map[string]any{"image": image, "args": []any{"prepare", ServerPlanName(o.UpgradePlan)}},
-		"upgrade": map[string]any{"image": image, "envs": env},
-	})
+	// spec is what both Plans' specs hold: the nodes with (op Exists) or without (DoesNotExist)
+	// the control-plane label, concurrency at a time, cordoned and drained.
+	spec := func(concurrency int64, op string) map[string]any {
+		return map[string]any{
+			"concurrency":        concurrency,
+			"version":            version,
+			"serviceAccountName": sa,
+			"cordon":             true,
+			"drain":              drain,
+			"tolerations":        tolerations,
+			"nodeSelector": map[string]any{"matchExpressions": []any{
+				map[string]any{"key": ControlPlaneLabel, "operator": op},
+			}},
+			"upgrade": map[string]any{"image": image, "envs": env},
+		}
+	}
+	server := newPlan(ServerPlanName(o.UpgradePlan), o, spec(1, "Exists"))
+	agentSpec := spec(conc, "DoesNotExist")
+	// system-upgrade-controller's prepare container waits for the server Plan to finish.
+	agentSpec["prepare"] = map[string]any{"image": image, "args": []any{"prepare", ServerPlanName(o.UpgradePlan)}}
+	agent := newPlan(AgentPlanName(o.UpgradePlan), o, agentSpec)
 	return []*unstructured.Unstructured{server, agent}, nil
 }
 
