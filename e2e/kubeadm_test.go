@@ -196,6 +196,7 @@ func runKubeadmPlan(t *testing.T, c *cluster, name, version, image string) *apiv
 	_ = os.Remove(filepath.Join(c.artifacts, "status-"+name+".log")) // a log of this run only
 	_ = os.Remove(filepath.Join(c.artifacts, "steps-"+name+".log"))
 	start := time.Now()
+	defer keepStepLogs(t, c, name)()
 	recreate(t, c, &apiv1beta1.UpgradePlan{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       apiv1beta1.UpgradePlanSpec{Version: version, Upgrade: &image, Mode: apiv1beta1.ModeAutomatic},
@@ -296,6 +297,8 @@ func tail(s string, n int) string {
 // when it ends, so a plan's poll saves each pod as it finishes); else of every pod not there yet.
 func stepLogs(t *testing.T, c *cluster, plan string, finished ...bool) {
 	t.Helper()
+	stepLogsMu.Lock()
+	defer stepLogsMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: "management.harvesterhci.io/upgrade-plan=" + plan})
@@ -321,6 +324,38 @@ func stepLogs(t *testing.T, c *cluster, plan string, finished ...bool) {
 	}
 	defer f.Close()
 	_, _ = f.WriteString(b.String())
+}
+
+// stepLogsMu keeps stepLogs' reads and appends of a plan's log from interleaving.
+var stepLogsMu sync.Mutex
+
+// keepStepLogs saves the log of each of plan's step pods the moment it ends, as a watch reports
+// it, until the function it returns is called. The plan's last node step ends seconds before
+// the plan's clean-up deletes its Jobs, and the pods with them: a poll can miss it.
+func keepStepLogs(t *testing.T, c *cluster, plan string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w, err := c.cs.CoreV1().Pods(c.namespace).Watch(ctx, metav1.ListOptions{LabelSelector: "management.harvesterhci.io/upgrade-plan=" + plan})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if pod, ok := ev.Object.(*corev1.Pod); ok && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+					stepLogs(t, c, plan, true)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // logPhases logs how long the plan spent in each phase and writes the phase timings.
