@@ -62,22 +62,16 @@ type NodeClass struct {
 }
 
 // String names the class, as the estimate says it.
-func (c NodeClass) String() string {
-	s := "other node"
-	if c.ControlPlane {
-		s = "control plane"
-	}
-	if c.Unchanged {
-		s += " at the target"
-	}
-	return s
-}
+func (c NodeClass) String() string { return c.name("") }
 
 // plural names the nodes of class c.
-func (c NodeClass) plural() string {
-	s := "other nodes"
+func (c NodeClass) plural() string { return c.name("s") }
+
+// name names the class with the noun's ending end ("" or "s").
+func (c NodeClass) name(end string) string {
+	s := "other node" + end
 	if c.ControlPlane {
-		s = "control planes"
+		s = "control plane" + end
 	}
 	if c.Unchanged {
 		s += " at the target"
