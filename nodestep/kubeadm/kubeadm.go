@@ -542,8 +542,10 @@ func (s *Step) waitNode(ctx context.Context) error {
 }
 
 // staleReadyGrace is how long a control-plane pod that reads Ready, but has not changed since
-// the kubelet restarted, is taken for the kubelet's earlier word before it is believed.
-const staleReadyGrace = 20 * time.Second
+// the kubelet restarted, is taken for the kubelet's earlier word before it is believed. Every
+// static pod kubeadm writes has a startup probe, which the restarted kubelet runs again, so its
+// Ready condition does change; on a loaded kind node that took more than 20 s after the restart.
+const staleReadyGrace = time.Minute
 
 // waitControlPlanePods waits, on a control-plane node, for each of its control-plane pods to be
 // Ready as the restarted kubelet reports it: the node is whole again only then, and the next
@@ -564,7 +566,7 @@ func (s *Step) waitControlPlanePods(ctx context.Context, log *slog.Logger, resta
 	last := ""
 	for {
 		pods, err := s.Cluster.ControlPlanePods(ctx, s.Node)
-		var waiting []string
+		var waiting, unchanged []string
 		if err == nil {
 			now := time.Now()
 			for _, p := range pods {
@@ -579,11 +581,14 @@ func (s *Step) waitControlPlanePods(ctx context.Context, log *slog.Logger, resta
 					}
 					if now.Sub(firstReady[p.Name]) < grace {
 						waiting = append(waiting, p.Name)
+					} else {
+						unchanged = append(unchanged, p.Name)
 					}
 				}
 			}
 			if len(waiting) == 0 {
-				log.Info("control-plane pods Ready", "pods", len(pods), "seconds", time.Since(restarted).Seconds())
+				log.Info("control-plane pods Ready", "pods", len(pods), "seconds", time.Since(restarted).Seconds(),
+					"readyUnchangedSinceTheRestart", strings.Join(unchanged, ","))
 				return nil
 			}
 		}
