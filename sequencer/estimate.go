@@ -265,7 +265,8 @@ func stepUnchanged(ns v1beta1.NodeUpgradeStatus) bool {
 // atTarget reports whether node n, not upgraded yet in plan p, runs the release's Kubernetes
 // version already, so that its step changes nothing (nodestep/kubeadm Decide returns Done): its
 // kubelet is the version and, on a control plane of an upstream release, so are its
-// kube-apiserver's, kube-controller-manager's and kube-scheduler's image tags. A release of
+// kube-apiserver's, kube-controller-manager's and kube-scheduler's image tags, where the row
+// carries them (from NodeUpgrading on; before, the kubelet alone tells). A release of
 // another distribution (RKE2, K3s) upgrades the control plane with the kubelet: the kubelet
 // alone tells. False while the release's version is unknown (before MetadataPopulating).
 func atTarget(p *v1beta1.UpgradePlan, ns v1beta1.NodeUpgradeStatus, n NodeInfo) bool {
@@ -288,7 +289,13 @@ func atTarget(p *v1beta1.UpgradePlan, ns v1beta1.NodeUpgradeStatus, n NodeInfo) 
 		return true
 	}
 	cp := ns.ControlPlane
-	return cp != nil && sameVersion(cp.APIServer, target) && sameVersion(cp.ControllerManager, target) && sameVersion(cp.Scheduler, target)
+	if cp == nil {
+		// Not read yet (the rows carry the components from NodeUpgrading on). A kubelet at the
+		// target on a control plane was installed by a step that had upgraded the control
+		// plane first (nodestep/kubeadm installs the kubelet only once kubeadm succeeded).
+		return true
+	}
+	return sameVersion(cp.APIServer, target) && sameVersion(cp.ControllerManager, target) && sameVersion(cp.Scheduler, target)
 }
 
 // Why a phase has nothing to do, as the estimate says it.

@@ -275,6 +275,13 @@ func TestEstimateTimeKind(t *testing.T) {
 		second.Status.NodeUpgradeStatuses[n.Name] = ns
 		second.Status.DiskForecast = append(second.Status.DiskForecast, v1beta1.NodeDiskForecast{Node: n.Name})
 	}
+	// The same, as the rows are before NodeUpgrading: the control planes' components not read
+	// yet, the kubelet alone tells.
+	unread := second.DeepCopy()
+	for n, ns := range unread.Status.NodeUpgradeStatuses {
+		ns.ControlPlane = nil
+		unread.Status.NodeUpgradeStatuses[n] = ns
+	}
 	// A cluster's first kubeadm plan of three nodes, one a control plane, as it is initialized:
 	// the ISO (65 MiB) to download on each node, 60 MiB of archives to preload on each.
 	three := []sequencer.NodeInfo{{Name: "cp-1", ControlPlane: true, Ready: true, KubeletVersion: before},
@@ -305,6 +312,11 @@ func TestEstimateTimeKind(t *testing.T) {
 				"NodeUpgrading": 80 * s, "CleaningUp": 5 * s},
 			basis: map[string]forecast.Basis{"ImagePreloading": forecast.BasisIdle, "ClusterUpgrading": forecast.BasisIdle,
 				"NodeUpgrading": forecast.BasisAssumed, "CleaningUp": forecast.BasisHistory}},
+		{name: "a second plan, its control planes' components not read yet", p: unread,
+			plans: []v1beta1.UpgradePlan{first, *unread}, nodes: ha,
+			remaining: 10*s + 10*s + 80*s + 5*s,
+			phases:    map[string]time.Duration{"NodeUpgrading": 80 * s},
+			basis:     map[string]forecast.Basis{"NodeUpgrading": forecast.BasisAssumed}},
 		{name: "a cluster's first kubeadm plan of three nodes, initialized", p: fresh, nodes: three,
 			// 195 MiB of ISO at 3 × 20 MiB/s: 3 s; 180 MiB of archives at 3 × 50 MiB/s: 1 s; the
 			// control plane 4m, the workers 1m each. It took 4m55s.
