@@ -26,8 +26,9 @@ import (
 // While a plan is being judged (report.Instruction.Judged), the agent reads its Version's ISO
 // through range requests (isorelease.OpenBlobs: the volume's directories, the release's metadata
 // and the blob index in blocks of 32 KiB, not the archives' headers nor, for an archive the index
-// names, its image list; 192 KiB of an ISO of three archives where Open reads 1 MiB), checks every blob against the node's containerd (preload.MeasureMissing) and
-// forecasts what the previous release's cleanup frees (preload.CleanupForecaster), and reports
+// names, its image list; 192 KiB of an ISO of three archives where Open reads 1 MiB), checks
+// every blob against the node's containerd (preload.MeasureMissing) and forecasts what the
+// previous release's cleanup frees (preload.CleanupForecaster), and reports
 // the figures, for that ISO's checksum, in its RepoNode's status.forecast. A failure is reported
 // there, not retried before forecastAgain.
 
@@ -91,9 +92,9 @@ func (a *Agent) forecastVersion(ctx context.Context, hc *http.Client, checker pr
 }
 
 // measureRelease reads the release in the ISO at isoURL through range requests (what the blob
-// index needs, isorelease.OpenBlobs, within forecastTimeout) and measures it
-// against checker: what the node lacks of its blobs and, when the store can tell, what the
-// previous release's cleanup frees. What fails is said in the Message; the rest is measured.
+// index needs, isorelease.OpenBlobs, within forecastTimeout) and measures it against checker:
+// what the node lacks of its blobs and, when the store can tell, what the previous release's
+// cleanup frees. What fails is said in the Message; the rest is measured.
 func (a *Agent) measureRelease(ctx context.Context, hc *http.Client, checker preload.BlobChecker, isoURL, isoChecksum string) *v1beta1.RepoNodeForecast {
 	f := &v1beta1.RepoNodeForecast{ISOChecksum: isoChecksum}
 	defer func() { f.Time = metav1.Now() }()
