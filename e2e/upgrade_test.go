@@ -528,6 +528,11 @@ func writeNodeTimings(t *testing.T, c *cluster, st *apiv1beta1.UpgradePlanStatus
 	var own []time.Duration
 	for _, n := range ts {
 		t.Logf("node %-24s wait %5ss  drain %5ss  step %6ss  total %6ss  sequencer %5ss", n.Node, sec(n.Wait), sec(n.Drain), sec(n.Step), sec(n.Total), sec(n.Sequencer))
+		if tm := st.NodeUpgradeStatuses[n.Node].Times; tm != nil {
+			// Each transition, for where the sequencer's time went.
+			b, _ := json.Marshal(tm)
+			t.Logf("node %s times %s", n.Node, b)
+		}
 		lines = append(lines, strings.Join([]string{c.formation, n.Node, sec(n.Wait), sec(n.Drain), sec(n.Step), sec(n.Total), sec(n.Sequencer)}, "\t"))
 		own = append(own, n.Sequencer)
 	}
