@@ -249,6 +249,13 @@ func (s *Step) Run(ctx context.Context) error {
 		log.Warn("forced", "refusal", w)
 	}
 	if action == Done {
+		if f.IsControlPlane {
+			// A step run again after its node restarted finds it done while the kubelet brings
+			// the control plane back: the node is whole once its pods are Ready.
+			if err := s.waitControlPlanePods(ctx, log, time.Time{}); err != nil {
+				return err
+			}
+		}
 		s.Report.Report(ctx, nodestep.KubernetesUpgraded, fmt.Sprintf("already at %s: nothing to do", s.Target))
 		return nil
 	}
@@ -553,7 +560,7 @@ const staleReadyGrace = time.Minute
 // that restarts marks its pods not Ready until their probes pass again (kubeadm's start after
 // 10 s), and may not have said so yet when the node reads Ready: a pod is taken as Ready when its
 // Ready condition changed at or after restarted, or when it has read Ready, unchanged, for
-// staleReadyGrace.
+// staleReadyGrace. With restarted zero (the step restarted nothing), Ready is Ready.
 func (s *Step) waitControlPlanePods(ctx context.Context, log *slog.Logger, restarted time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.ReadyTimeout)
 	defer cancel()

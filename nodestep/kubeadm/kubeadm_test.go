@@ -437,3 +437,33 @@ func TestWaitControlPlanePods(t *testing.T) {
 		})
 	}
 }
+
+// TestStepDoneWaitsForTheControlPlane runs the step on a control plane at the target whose pods
+// are not all Ready, as after the node restarted mid-step: the step reports only once they are.
+func TestStepDoneWaitsForTheControlPlane(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "etc/kubernetes/manifests"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "etc/kubernetes/manifests/kube-apiserver.yaml"),
+		[]byte("spec:\n  containers:\n  - image: registry.k8s.io/kube-apiserver:v1.34.4\n"), 0o600))
+	cs := fake.NewClientset(node("n1", "v1.34.4", true), kubeadmConfig("v1.34.4"))
+	long := time.Now().Add(-time.Hour)
+	c := &podsCluster{Cluster: KubeCluster{Client: cs}, readings: []podsReading{
+		{pods: []PodReadiness{{Name: "etcd-n1", Since: long}, {Name: "kube-apiserver-n1", Ready: true, Since: long}}},
+		{pods: []PodReadiness{{Name: "etcd-n1", Ready: true, Since: time.Now()}, {Name: "kube-apiserver-n1", Ready: true, Since: long}}},
+	}}
+	srv, stages := release(t, nil, "")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := &Step{
+		Node: "n1", Target: "v1.34.4", Root: root, Host: &fakeHost{kubeadm: "v1.34.4"}, Cluster: c, Log: log,
+		Report: &nodestep.Reporter{RepoURL: srv.URL, Plan: "p", Log: log}, Poll: 10 * time.Millisecond, ReadyTimeout: 5 * time.Second,
+	}
+	require.NoError(t, s.Run(t.Context()))
+	c.mu.Lock()
+	assert.Equal(t, 2, c.calls, "read until every pod was Ready, the one Ready all along included")
+	c.mu.Unlock()
+	got := stages()
+	require.Len(t, got, 2)
+	assert.Contains(t, got[0], "waiting for control-plane pods etcd-n1 to be Ready")
+	assert.Contains(t, got[1], "already at v1.34.4: nothing to do")
+}
