@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,6 +47,9 @@ func Config(kubeconfig, context string) (*rest.Config, error) {
 		&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	switch {
 	case err == nil:
+		if kubeconfig == "" && inClusterFallback(rules) {
+			cfg.Dial = (&net.Dialer{Timeout: inClusterDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		}
 		return cfg, nil
 	case kubeconfig != "":
 		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
@@ -53,6 +57,20 @@ func Config(kubeconfig, context string) (*rest.Config, error) {
 		return nil, fmt.Errorf("load kubeconfig: %w", ErrNoKubeconfig)
 	}
 	return nil, fmt.Errorf("load kubeconfig: %w", err)
+}
+
+// inClusterDialTimeout bounds a pod's connect to the API server through its Service. After its
+// node restarts, a pod may start before kube-proxy has written the Service's rules: its first
+// connect then goes nowhere, and client-go's 30 s connect timeout left the agent blind that long
+// (a rebooted kind node's agent reached the API server 30 s after its start, and the plan waited
+// for it). Within a cluster a connect takes milliseconds; the retry after 5 s finds the rules.
+const inClusterDialTimeout = 5 * time.Second
+
+// inClusterFallback reports whether rules find no kubeconfig, so that the configuration is the
+// pod's in-cluster one.
+func inClusterFallback(rules *clientcmd.ClientConfigLoadingRules) bool {
+	c, err := rules.Load()
+	return err == nil && len(c.Clusters) == 0
 }
 
 // InCluster reports whether the process runs in a pod that has the in-cluster configuration.

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // writeKubeconfig writes a kubeconfig whose contexts "a" (current) and "b" name the servers given.
@@ -60,6 +62,44 @@ func TestConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.wantHost, cfg.Host)
+		})
+	}
+}
+
+func TestInClusterFallback(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("KUBECONFIG", "")
+	kubeconfig := filepath.Join(dir, "config")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+users:
+- name: u
+  user: {token: t}
+`), 0o600))
+	tests := []struct {
+		name     string
+		explicit string
+		env      string
+		want     bool
+	}{
+		{name: "no kubeconfig anywhere: the pod's own configuration", want: true},
+		{name: "a kubeconfig named", explicit: kubeconfig},
+		{name: "a kubeconfig in $KUBECONFIG", env: kubeconfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("KUBECONFIG", tt.env)
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = tt.explicit
+			assert.Equal(t, tt.want, inClusterFallback(rules))
 		})
 	}
 }
